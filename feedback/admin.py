@@ -1,0 +1,90 @@
+from django.contrib import admin
+
+from feedback import models
+
+
+class StepInline(admin.TabularInline):
+    model = models.Step
+    extra = 0
+    fields = ["index", "turn", "kind", "tool_name", "success", "duration_ms", "attempts", "error"]
+    readonly_fields = fields
+    show_change_link = True
+    can_delete = False
+
+
+@admin.register(models.Workspace)
+class WorkspaceAdmin(admin.ModelAdmin):
+    list_display = ["name", "description", "created_at"]
+
+
+@admin.register(models.Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = ["id", "kind", "text", "created_by", "created_at"]
+    list_filter = ["kind"]
+    search_fields = ["text"]
+    raw_id_fields = ["created_by"]
+
+
+@admin.register(models.Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ["id", "task_kind", "status", "score", "step_count", "created_at", "finished_at"]
+    list_filter = ["status", "task_kind", "llm_backend"]
+    raw_id_fields = ["task", "parent", "parent_step"]
+    readonly_fields = ["created_at", "started_at", "finished_at", "heartbeat_at"]
+    inlines = [StepInline]
+
+
+@admin.register(models.Step)
+class StepAdmin(admin.ModelAdmin):
+    list_display = ["run", "index", "kind", "tool_name", "success", "duration_ms"]
+    list_filter = ["kind", "success", "tool_name"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(models.Evaluation)
+class EvaluationAdmin(admin.ModelAdmin):
+    list_display = ["run", "round", "evaluator", "kind", "status", "score", "created_at"]
+    list_filter = ["kind", "status"]
+    raw_id_fields = ["run", "author"]
+
+
+class StrategyVersionInline(admin.StackedInline):
+    model = models.StrategyVersion
+    extra = 0
+    readonly_fields = ["number", "created_at", "author"]
+    can_delete = False
+
+
+@admin.register(models.Strategy)
+class StrategyAdmin(admin.ModelAdmin):
+    list_display = ["title", "status", "pattern_kind", "support", "updated_at"]
+    list_filter = ["status", "pattern_kind"]
+    # Status moves only through the services (they write the audit log), never by hand here.
+    readonly_fields = ["status", "current_version", "trial_started_at", "created_at", "updated_at"]
+    raw_id_fields = ["evidence"]
+    inlines = [StrategyVersionInline]
+
+
+@admin.register(models.StrategyEvent)
+class StrategyEventAdmin(admin.ModelAdmin):
+    list_display = ["strategy", "action", "from_status", "to_status", "actor", "created_at"]
+    list_filter = ["action"]
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(models.ToolSetting)
+class ToolSettingAdmin(admin.ModelAdmin):
+    list_display = ["name", "enabled", "timeout_seconds"]
+    list_editable = ["enabled"]
+
+
+@admin.register(models.ToolConfirmation)
+class ToolConfirmationAdmin(admin.ModelAdmin):
+    list_display = ["run", "tool_name", "status", "requested_at", "decided_by"]
+    list_filter = ["status"]
+    raw_id_fields = ["run", "decided_by"]

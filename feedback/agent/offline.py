@@ -1,0 +1,220 @@
+"""The offline demo model: deterministic and rule-based, so the product runs with no network.
+
+It is not an LLM and the UI says so. It reads the task and the observations in the
+conversation like a model would, and plans tool calls for the three demo task families:
+support-email triage, file analysis and arithmetic. It knows nothing about strategies: any
+improvement the feedback loop brings must come from mechanisms that work with any model.
+"""
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .llm import LLMReply, ToolCall
+
+_EMAIL_TASK = re.compile(r"\b(e-?mails?|inbox|triage|tickets?)\b", re.I)
+_FILE_NAME = re.compile(r"[\w./-]*\w\.(?:txt|md|csv|log|json)\b")
+_DIRECTORY = re.compile(r"\b([\w-]+)/")
+_NUMBER_WORDS = [
+    (r"\bmultiplied by\b|\btimes\b", "*"),
+    (r"\bdivided by\b|\bover\b", "/"),
+    (r"\bplus\b|\badded to\b", "+"),
+    (r"\bminus\b", "-"),
+    (r"\bto the power of\b", "**"),
+]
+_EXPRESSION = re.compile(r"[\d(][\d\s.+\-*/()%×÷^]*[\d)]")
+
+_LABELS = {
+    "billing": ("invoice", "charge", "charged", "refund", "payment", "billing", "price"),
+    "technical": ("error", "crash", "bug", "broken", "outage", "down", "fails", "500"),
+    "account": ("password", "login", "log in", "account", "access", "locked", "2fa"),
+}
+_URGENT = ("urgent", "asap", "immediately", "outage", "critical", "down", "today", "cannot")
+MAX_PARALLEL_READS = 8
+
+
+@dataclass(frozen=True)
+class Observation:
+    tool: str
+    arguments: dict[str, Any]
+    ok: bool
+    result: Any
+    error: str
+
+
+def _observations(messages: list[dict[str, Any]]) -> list[Observation]:
+    calls: dict[str, tuple[str, dict]] = {}
+    seen: list[Observation] = []
+    for message in messages:
+        if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or []:
+                try:
+                    arguments = json.loads(call["function"]["arguments"] or "{}")
+                except (json.JSONDecodeError, TypeError):
+                    arguments = {}
+                calls[call["id"]] = (call["function"]["name"], arguments)
+        elif message.get("role") == "tool" and message.get("tool_call_id") in calls:
+            name, arguments = calls[message["tool_call_id"]]
+            try:
+                payload = json.loads(message.get("content") or "{}")
+            except json.JSONDecodeError:
+                payload = {"ok": False, "error": message.get("content", "")}
+            seen.append(
+                Observation(
+                    tool=name,
+                    arguments=arguments,
+                    ok=bool(payload.get("ok")),
+                    result=payload.get("result"),
+                    error=payload.get("error", ""),
+                )
+            )
+    return seen
+
+
+def _call(n: int, name: str, **arguments: Any) -> ToolCall:
+    return ToolCall(id=f"offline-{n}-{name}", name=name, arguments=json.dumps(arguments))
+
+
+def _classify(text: str) -> tuple[str, bool]:
+    lowered = text.lower()
+    scores = {label: sum(lowered.count(w) for w in words) for label, words in _LABELS.items()}
+    label = max(scores, key=scores.get) if max(scores.values()) else "other"
+    return label, any(w in lowered for w in _URGENT)
+
+
+class OfflineDemoModel:
+    backend = "offline"
+    name = "offline-demo"
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
+        task = next((m["content"] for m in messages if m.get("role") == "user"), "")
+        seen = _observations(messages)
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        if _EMAIL_TASK.search(task):
+            return self._triage(task, seen, turn)
+        if _FILE_NAME.search(task) or re.search(r"\b(summari[sz]e|word count|count)\b", task, re.I):
+            return self._file_analysis(task, seen, turn)
+        expression = self._expression(task)
+        if expression:
+            return self._arithmetic(expression, seen, turn)
+        return LLMReply(
+            content="The offline demo model only handles support-email triage, file analysis "
+            "and arithmetic tasks. Configure an LLM endpoint for anything else."
+        )
+
+    # --- support-email triage -------------------------------------------------------------
+    def _triage(self, task: str, seen: list[Observation], turn: int) -> LLMReply:
+        listed = next((o for o in seen if o.tool == "list_directory"), None)
+        folder = _DIRECTORY.search(task) or re.search(r"(inbox)", task, re.I)
+        folder_name = folder.group(1) if folder else "inbox"
+        if listed is None:
+            return LLMReply(
+                content=f"Plan: list {folder_name}/, read every email, label each and flag urgent ones.",
+                tool_calls=[_call(turn, "list_directory", path=folder_name)],
+            )
+        if not listed.ok:
+            return LLMReply(content=f"I could not open the inbox: {listed.error}")
+        files = [
+            f"{listed.arguments.get('path', folder_name).rstrip('/')}/{e['name']}"
+            for e in listed.result["entries"]
+            if e["type"] == "file"
+        ]
+        read = {o.arguments.get("path"): o for o in seen if o.tool == "read_text_file"}
+        unread = [f for f in files if f not in read]
+        if unread:
+            batch = unread[:MAX_PARALLEL_READS]
+            return LLMReply(
+                content=f"Reading {len(batch)} email(s).",
+                tool_calls=[_call(turn * 100 + i, "read_text_file", path=p) for i, p in enumerate(batch)],
+            )
+        lines, urgent = [], 0
+        for path in files:
+            obs = read[path]
+            if not obs.ok:
+                lines.append(f"- {path}: unreadable ({obs.error})")
+                continue
+            label, is_urgent = _classify(obs.result["text"])
+            urgent += is_urgent
+            lines.append(f"- {path}: {label}{' — URGENT' if is_urgent else ''}")
+        if not files:
+            return LLMReply(content=f"The folder {folder_name}/ holds no emails.")
+        summary = f"Triaged {len(files)} email(s); {urgent} urgent."
+        return LLMReply(content="\n".join([summary, *lines]))
+
+    # --- file analysis --------------------------------------------------------------------
+    def _file_analysis(self, task: str, seen: list[Observation], turn: int) -> LLMReply:
+        wanted = _FILE_NAME.findall(task)
+        listings = [o for o in seen if o.tool == "list_directory" and o.ok]
+        if not wanted:
+            if not listings:
+                return LLMReply(
+                    content="No file named; listing the workspace first.",
+                    tool_calls=[_call(turn, "list_directory", path=".")],
+                )
+            wanted = [e["name"] for e in listings[-1].result["entries"] if e["name"].endswith(".txt")][:1]
+            if not wanted:
+                return LLMReply(content="The workspace holds no text file to analyse.")
+        path = wanted[0]
+        reads = [o for o in seen if o.tool == "read_text_file"]
+        good_read = next((o for o in reads if o.ok), None)
+        if good_read is None:
+            if not reads:
+                return LLMReply(
+                    content=f"Plan: read {path}, analyse it, then summarise.",
+                    tool_calls=[_call(turn, "read_text_file", path=path)],
+                )
+            # The file was not where the task said: look around once, then try the match.
+            if not listings:
+                parent = path.rsplit("/", 1)[0] if "/" in path else "."
+                return LLMReply(
+                    content=f"{reads[-1].error} Listing {parent} to find it.",
+                    tool_calls=[_call(turn, "list_directory", path=parent)],
+                )
+            base = path.rsplit("/", 1)[-1]
+            listing = listings[-1]
+            candidates = [
+                e["name"] for e in listing.result["entries"] if e["type"] == "file" and e["name"] == base
+            ]
+            tried = {o.arguments.get("path") for o in reads}
+            prefix = listing.arguments.get("path", ".").strip("./")
+            options = [f"{prefix}/{c}" if prefix else c for c in candidates]
+            options = [o for o in options if o not in tried]
+            if options:
+                return LLMReply(tool_calls=[_call(turn, "read_text_file", path=options[0])])
+            return LLMReply(content=f"I could not find {path}: {reads[-1].error}")
+        analysis = next((o for o in seen if o.tool == "analyze_text"), None)
+        read_path = good_read.arguments["path"]
+        if analysis is None:
+            return LLMReply(tool_calls=[_call(turn, "analyze_text", path=read_path)])
+        if not analysis.ok:
+            return LLMReply(content=f"I read {read_path} but could not analyse it: {analysis.error}")
+        stats = analysis.result
+        return LLMReply(
+            content=(
+                f"Summary of {read_path}: {stats['first_sentence']} "
+                f"It has {stats['words']} words in {stats['sentences']} sentences "
+                f"and {stats['lines']} lines. Frequent words: {', '.join(stats['top_words'][:5])}."
+            )
+        )
+
+    # --- arithmetic -----------------------------------------------------------------------
+    @staticmethod
+    def _expression(task: str) -> str:
+        text = task.lower().replace(",", "")
+        for pattern, symbol in _NUMBER_WORDS:
+            text = re.sub(pattern, f" {symbol} ", text)
+        candidates = [m.group(0).strip() for m in _EXPRESSION.finditer(text)]
+        candidates = [c for c in candidates if re.search(r"[+\-*/%×÷^]", c)]
+        return max(candidates, key=len) if candidates else ""
+
+    def _arithmetic(self, expression: str, seen: list[Observation], turn: int) -> LLMReply:
+        done = next((o for o in seen if o.tool == "calculator"), None)
+        if done is None:
+            return LLMReply(
+                content=f"Computing {expression} with the calculator.",
+                tool_calls=[_call(turn, "calculator", expression=expression)],
+            )
+        if not done.ok:
+            return LLMReply(content=f"I could not compute {expression}: {done.error}")
+        return LLMReply(content=f"{expression} = {done.result['value']}")

@@ -1,0 +1,42 @@
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ToolError(Exception):
+    """A failure a tool reports. ``retryable`` errors are transient: worth another attempt."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    run_id: int
+    workspace: Path
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    func: Callable[..., Any]
+    idempotent: bool = True
+    sensitive: bool = False
+    timeout: float = 10.0
+    fallback: str = ""
+    tags: tuple[str, ...] = field(default=())
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI function-calling description of this tool."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }

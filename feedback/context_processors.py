@@ -1,0 +1,15 @@
+from django.http import HttpRequest
+
+
+def roles(request: HttpRequest) -> dict:
+    """What the navigation shows: one flag per capability, not per group name."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    return {
+        "can_submit": user.has_perm("feedback.add_task"),
+        "can_view_runs": user.has_perm("feedback.view_run"),
+        "can_view_metrics": user.has_perm("feedback.view_metrics"),
+        "can_view_strategies": user.has_perm("feedback.view_strategy"),
+        "can_decide": user.has_perm("feedback.decide_strategy"),
+    }

@@ -1,0 +1,40 @@
+"""The demo workspace and users the embedded default starts with."""
+
+import shutil
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+
+from feedback import roles
+from feedback.models import Workspace
+
+DEMO_FILES = Path(__file__).resolve().parent / "demo_workspace"
+DEMO_USERS = [
+    # (username, password, groups)
+    ("staff", "staff-demo", [roles.STAFF]),
+    ("operator", "operator-demo", [roles.OPERATOR]),
+    ("reviewer", "reviewer-demo", [roles.REVIEWER]),
+]
+
+
+def seed_workspace() -> Workspace:
+    workspace, _ = Workspace.objects.get_or_create(
+        name="demo",
+        defaults={"description": "Support inbox, a quarterly report and release notes."},
+    )
+    # Refreshed on every seed so an edited copy never drifts from the shipped files.
+    shutil.copytree(DEMO_FILES, workspace.path, dirs_exist_ok=True)
+    return workspace
+
+
+def seed_users() -> list[tuple[str, str, list[str]]]:
+    roles.ensure_groups()
+    User = get_user_model()
+    for username, password, groups in DEMO_USERS:
+        user, created = User.objects.get_or_create(username=username)
+        if created:
+            user.set_password(password)
+            user.save()
+        user.groups.set(Group.objects.filter(name__in=groups))
+    return DEMO_USERS

@@ -1,0 +1,103 @@
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from .task import Task
+
+
+class Run(models.Model):
+    """One attempt of the agent at a task: its state, the exact prompt it got and its outcome."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Running")
+        AWAITING_CONFIRMATION = "awaiting_confirmation", _("Awaiting confirmation")
+        SUCCEEDED = "succeeded", _("Succeeded")
+        FAILED = "failed", _("Failed")
+        CANCELLED = "cancelled", _("Cancelled")
+
+    ACTIVE_STATUSES = frozenset({Status.QUEUED, Status.RUNNING, Status.AWAITING_CONFIRMATION})
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="runs")
+    # Denormalised from the task so the list and trend queries need no join.
+    task_kind = models.CharField(max_length=32, choices=Task.Kind.choices)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+    parent_step = models.ForeignKey(
+        "feedback.Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="child_runs"
+    )
+    status = models.CharField(max_length=32, choices=Status.choices, default=Status.QUEUED)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+
+    llm_backend = models.CharField(max_length=32, blank=True)
+    model_name = models.CharField(max_length=200, blank=True)
+    system_prompt = models.TextField(blank=True)
+    plan = models.JSONField(default=list, blank=True)
+    tools_offered = models.JSONField(default=list, blank=True)
+
+    final_output = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    score = models.FloatField(null=True, blank=True)
+    step_count = models.PositiveIntegerField(default=0)
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["-created_at", "-id"], name="run_recent"),
+            models.Index(fields=["status", "-created_at"], name="run_status_recent"),
+            models.Index(fields=["task_kind", "created_at"], name="run_kind_created"),
+            models.Index(fields=["score", "created_at"], name="run_score_created"),
+        ]
+        permissions = [
+            ("view_metrics", "Can view metric trends"),
+            ("score_run", "Can score runs"),
+            ("confirm_toolconfirmation", "Can confirm or refuse sensitive tool calls"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Run #{self.pk}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE_STATUSES
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if not self.started_at:
+            return None
+        end = self.finished_at or timezone.now()
+        return (end - self.started_at).total_seconds()
+
+
+class AppliedStrategy(models.Model):
+    """Which strategy version a run was in the scope of, and in which arm of its trial."""
+
+    class Arm(models.TextChoices):
+        ACTIVE = "active", _("Active (applied)")
+        TREATMENT = "treatment", _("Trial treatment (applied)")
+        CONTROL = "control", _("Trial control (withheld)")
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="applied_strategies")
+    strategy_version = models.ForeignKey(
+        "feedback.StrategyVersion", on_delete=models.PROTECT, related_name="applications"
+    )
+    arm = models.CharField(max_length=16, choices=Arm.choices)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "strategy_version"], name="applied_once_per_run")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run} {self.strategy_version} ({self.arm})"
+
+    @property
+    def applied(self) -> bool:
+        return self.arm != self.Arm.CONTROL

@@ -1,0 +1,78 @@
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from .run import Run
+
+
+class Step(models.Model):
+    """One recorded moment of a run: a thought, a tool call and its observation, a reflection..."""
+
+    class Kind(models.TextChoices):
+        THOUGHT = "thought", _("Thought")
+        TOOL_CALL = "tool_call", _("Tool call")
+        REFLECTION = "reflection", _("Reflection")
+        MODEL_ERROR = "model_error", _("Model error")
+        FINAL = "final", _("Final answer")
+
+    class Validation(models.TextChoices):
+        PASS = "pass", _("Pass")
+        FAIL = "fail", _("Fail")
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    index = models.PositiveIntegerField()
+    # Steps from the same model reply share a turn; the conversation is rebuilt from them.
+    turn = models.PositiveIntegerField(default=0)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    thought = models.TextField(blank=True)
+    tool_name = models.CharField(max_length=100, blank=True)
+    tool_call_id = models.CharField(max_length=100, blank=True)
+    arguments = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    error_class = models.CharField(max_length=100, blank=True)
+    # sha1 of tool + error class + normalised message: what "the same error again" means.
+    error_signature = models.CharField(max_length=40, blank=True)
+    success = models.BooleanField(null=True)
+    cached = models.BooleanField(default=False)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=1)
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
+    validation_status = models.CharField(max_length=8, choices=Validation.choices, blank=True)
+    validation = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "index"]
+        constraints = [models.UniqueConstraint(fields=["run", "index"], name="step_index_unique")]
+        indexes = [
+            models.Index(fields=["tool_name", "started_at"], name="step_tool_started"),
+            models.Index(
+                fields=["error_signature", "run"],
+                name="step_error_signature",
+                condition=~models.Q(error_signature=""),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run} step {self.index}"
+
+
+class StepAttempt(models.Model):
+    """One try of a tool call; a step retried three times has three attempts."""
+
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="attempt_rows")
+    number = models.PositiveSmallIntegerField()
+    started_at = models.DateTimeField()
+    duration_ms = models.PositiveIntegerField()
+    error = models.TextField(blank=True)
+    error_class = models.CharField(max_length=100, blank=True)
+    retryable = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["step", "number"]
+        constraints = [models.UniqueConstraint(fields=["step", "number"], name="attempt_number_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.step} attempt {self.number}"

@@ -1,0 +1,147 @@
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from .run import Run
+
+
+class Strategy(models.Model):
+    """A lesson mined from failures. Its content lives in versions; its history in events."""
+
+    class Status(models.TextChoices):
+        PROPOSED = "proposed", _("Proposed")
+        TRIAL = "trial", _("On trial")
+        ACTIVE = "active", _("Active")
+        REJECTED = "rejected", _("Rejected")
+        ROLLED_BACK = "rolled_back", _("Rolled back")
+
+    class PatternKind(models.TextChoices):
+        TASK_KEYWORDS = "task_keywords", _("Task kind and keywords")
+        ERROR_SIGNATURE = "error_signature", _("Error signature")
+        TOOL_SEQUENCE = "tool_sequence", _("Tool-call sequence")
+        EVALUATOR_FEEDBACK = "evaluator_feedback", _("Evaluator feedback")
+        MANUAL = "manual", _("Written by a person")
+
+    # The lifecycle: anything not listed here is an illegal transition.
+    TRANSITIONS: dict[str, frozenset[str]] = {
+        Status.PROPOSED: frozenset({Status.TRIAL, Status.REJECTED}),
+        Status.TRIAL: frozenset({Status.ACTIVE, Status.ROLLED_BACK}),
+        Status.ACTIVE: frozenset({Status.ROLLED_BACK}),
+        Status.REJECTED: frozenset(),
+        Status.ROLLED_BACK: frozenset(),
+    }
+
+    title = models.CharField(_("title"), max_length=200)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROPOSED)
+    pattern_kind = models.CharField(max_length=32, choices=PatternKind.choices)
+    # What makes two proposals "the same": a repeated proposal raises support instead.
+    pattern_key = models.CharField(max_length=200, blank=True)
+    support = models.PositiveIntegerField(default=0)
+    confidence = models.FloatField(default=0.0)
+    evidence = models.ManyToManyField(Run, blank=True, related_name="evidence_for")
+    current_version = models.ForeignKey(
+        "StrategyVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    trial_fraction = models.FloatField(default=0.5)
+    trial_started_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "strategies"
+        indexes = [models.Index(fields=["status", "-updated_at"], name="strategy_status_recent")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pattern_key"],
+                condition=~models.Q(pattern_key=""),
+                name="strategy_pattern_key_unique",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(trial_fraction__gt=0, trial_fraction__lt=1),
+                name="strategy_trial_fraction_open_unit",
+            ),
+        ]
+        permissions = [("decide_strategy", "Can approve, reject, promote and roll back strategies")]
+
+    def __str__(self) -> str:
+        return self.title
+
+    def can_move_to(self, status: str) -> bool:
+        return status in self.TRANSITIONS[self.status]
+
+
+class StrategyVersion(models.Model):
+    """The content of a strategy at one point; an edit makes a new version, old ones stay."""
+
+    strategy = models.ForeignKey(Strategy, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    pattern = models.TextField(_("pattern"))
+    old_behaviour = models.TextField(_("old behaviour"), blank=True)
+    new_guidance = models.TextField(_("new guidance"))
+    # {"task_kinds": [...], "keywords": [...], "regex": "..."}; empty parts match everything.
+    condition = models.JSONField(_("applicable condition"), default=dict, blank=True)
+    # [{"type": "tool_precondition", "tool": ..., "requires": ...}, ...] enforced by the engine.
+    guardrails = models.JSONField(_("guardrails"), default=list, blank=True)
+    worked_example = models.TextField(_("worked example"), blank=True)
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["strategy", "number"]
+        constraints = [models.UniqueConstraint(fields=["strategy", "number"], name="strategy_version_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.strategy} v{self.number}"
+
+    def snapshot(self) -> dict:
+        return {
+            "version": self.number,
+            "pattern": self.pattern,
+            "old_behaviour": self.old_behaviour,
+            "new_guidance": self.new_guidance,
+            "condition": self.condition,
+            "guardrails": self.guardrails,
+            "worked_example": self.worked_example,
+        }
+
+
+class StrategyEvent(models.Model):
+    """The append-only audit log: every transition with who, when, why and the content then."""
+
+    class Action(models.TextChoices):
+        PROPOSE = "propose", _("Proposed")
+        MERGE = "merge", _("Merged a repeated proposal")
+        EDIT = "edit", _("Edited")
+        APPROVE = "approve", _("Approved for trial")
+        REJECT = "reject", _("Rejected")
+        PROMOTE = "promote", _("Promoted")
+        ROLL_BACK = "roll_back", _("Rolled back")
+        AUTO_ROLL_BACK = "auto_roll_back", _("Rolled back automatically")
+
+    strategy = models.ForeignKey(Strategy, on_delete=models.PROTECT, related_name="events")
+    version = models.ForeignKey(
+        StrategyVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="events"
+    )
+    action = models.CharField(max_length=16, choices=Action.choices)
+    from_status = models.CharField(max_length=16, blank=True)
+    to_status = models.CharField(max_length=16, blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT)
+    reason = models.TextField(blank=True)
+    snapshot = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["strategy", "created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.strategy}: {self.action} at {self.created_at:%Y-%m-%d %H:%M}"
+
+    def save(self, *args, **kwargs) -> None:
+        if self.pk is not None:
+            raise ValidationError("Audit events are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValidationError("Audit events are append-only.")

@@ -1,0 +1,50 @@
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from .run import Run
+
+
+class ToolSetting(models.Model):
+    """Operator overrides for a registered tool, read at every call: no restart needed."""
+
+    name = models.CharField(max_length=100, unique=True)
+    enabled = models.BooleanField(default=True)
+    timeout_seconds = models.FloatField(null=True, blank=True)
+    config = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ToolConfirmation(models.Model):
+    """A sensitive tool call waiting for, or decided by, a person."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("Pending")
+        APPROVED = "approved", _("Approved")
+        REJECTED = "rejected", _("Rejected")
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="confirmations")
+    turn = models.PositiveIntegerField()
+    tool_call_id = models.CharField(max_length=100)
+    tool_name = models.CharField(max_length=100)
+    arguments = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    requested_at = models.DateTimeField(default=timezone.now)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "tool_call_id"], name="confirmation_once_per_call")
+        ]
+        indexes = [models.Index(fields=["status", "requested_at"], name="confirmation_pending")]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} in {self.run} ({self.status})"

@@ -1,0 +1,45 @@
+"""The three roles as Django groups, and what each may do.
+
+Groups are (re)built after every migrate, so a fresh database always has them and a changed
+mapping here reaches existing databases without a hand-written data migration.
+"""
+
+from django.contrib.auth.models import Group, Permission
+
+STAFF = "staff"
+OPERATOR = "operator"
+REVIEWER = "reviewer"
+
+_OPERATOR_PERMS = [
+    "view_task",
+    "view_workspace",
+    "view_run",
+    "view_step",
+    "view_stepattempt",
+    "view_evaluation",
+    "view_appliedstrategy",
+    "view_strategy",
+    "view_strategyversion",
+    "view_strategyevent",
+    "view_toolconfirmation",
+    "view_metrics",
+]
+
+ROLE_PERMISSIONS: dict[str, list[str]] = {
+    STAFF: ["add_task", "view_workspace"],
+    OPERATOR: _OPERATOR_PERMS,
+    REVIEWER: [
+        *_OPERATOR_PERMS,
+        "decide_strategy",
+        "change_strategy",
+        "score_run",
+        "confirm_toolconfirmation",
+    ],
+}
+
+
+def ensure_groups(**kwargs) -> None:
+    perms = {p.codename: p for p in Permission.objects.filter(content_type__app_label="feedback")}
+    for role, codenames in ROLE_PERMISSIONS.items():
+        group, _ = Group.objects.get_or_create(name=role)
+        group.permissions.set([perms[c] for c in codenames if c in perms])

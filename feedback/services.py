@@ -1,0 +1,62 @@
+"""The state changes people trigger. Keyword-only, typed, one transaction each; work for the
+worker is queued only once the transaction has committed."""
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from feedback.models import Run, Task, Workspace
+
+
+@transaction.atomic
+def task_submit(
+    *,
+    user: AbstractBaseUser,
+    text: str,
+    kind: str,
+    expected_answer: str = "",
+    workspace: Workspace | None = None,
+) -> Run:
+    from feedback.tasks import run_execute_task
+
+    task = Task.objects.create(
+        text=text, kind=kind, expected_answer=expected_answer, workspace=workspace, created_by=user
+    )
+    run = Run.objects.create(task=task, task_kind=task.kind)
+    run_execute_task.delay_on_commit(run.pk)
+    return run
+
+
+@transaction.atomic
+def run_cancel(*, run: Run, user: AbstractBaseUser) -> bool:
+    """Stop a run. A queued run stops at once; a running one at its next step."""
+    if not run_can_control(run=run, user=user):
+        raise PermissionDenied
+    stopped = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(
+        status=Run.Status.CANCELLED,
+        cancel_requested=True,
+        finished_at=timezone.now(),
+        error="Cancelled by a user.",
+    )
+    if not stopped:
+        stopped = Run.objects.filter(pk=run.pk, status__in=Run.ACTIVE_STATUSES).update(cancel_requested=True)
+    return bool(stopped)
+
+
+def run_rerun(*, run: Run, user: AbstractBaseUser) -> Run:
+    """A fresh run of the same task (a new task row keeps who asked and when)."""
+    task = run.task
+    return task_submit(
+        user=user,
+        text=task.text,
+        kind=task.kind,
+        expected_answer=task.expected_answer,
+        workspace=task.workspace,
+    )
+
+
+def run_can_control(*, run: Run, user: AbstractBaseUser) -> bool:
+    return user.has_perm("feedback.score_run") or (
+        user.has_perm("feedback.add_task") and run.task.created_by_id == user.pk
+    )

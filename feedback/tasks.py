@@ -1,0 +1,10 @@
+"""Celery tasks: they take an id, stay thin and call the code that does the work."""
+
+from celery import shared_task
+
+from feedback.agent.loop import execute_run
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def run_execute_task(run_id: int) -> None:
+    execute_run(run_id)

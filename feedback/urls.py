@@ -1,0 +1,13 @@
+from django.urls import path
+
+from feedback.views import home, runs, strategies, tasks
+
+urlpatterns = [
+    path("", home.home, name="feedback-home"),
+    path("tasks/new/", tasks.task_submit, name="feedback-task-submit"),
+    path("runs/", runs.run_list, name="feedback-run-list"),
+    path("runs/<int:run_id>/", runs.run_detail, name="feedback-run-detail"),
+    path("runs/<int:run_id>/cancel/", runs.run_cancel, name="feedback-run-cancel"),
+    path("runs/<int:run_id>/rerun/", runs.run_rerun, name="feedback-run-rerun"),
+    path("strategies/", strategies.strategy_list, name="feedback-strategy-list"),
+]

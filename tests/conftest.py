@@ -1,0 +1,60 @@
+import os
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+
+from feedback import roles
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # `make test` (and CI) promise PostgreSQL and a real broker: refuse to run on less.
+    if os.environ.get("TEST_REQUIRE_SERVICES") or os.environ.get("CI"):
+        from django.conf import settings
+
+        engine = settings.DATABASES["default"]["ENGINE"]
+        if "postgresql" not in engine:
+            pytest.exit(f"The suite must run on PostgreSQL, not {engine}: set DATABASE_URL.", returncode=1)
+        if settings.EMBEDDED_BROKER:
+            pytest.exit("The suite must run on a real broker: set CELERY_BROKER_URL.", returncode=1)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_folders(settings, tmp_path):
+    settings.WORKSPACES_ROOT = tmp_path / "workspaces"
+    settings.RUN_SANDBOXES_ROOT = tmp_path / "runs"
+    settings.LLM_BACKEND = "offline"
+
+
+def make_user(username: str, *groups: str, **extra):
+    roles.ensure_groups()
+    user = get_user_model().objects.create_user(username=username, password="pw-" + username, **extra)
+    user.groups.set(Group.objects.filter(name__in=groups))
+    return user
+
+
+@pytest.fixture
+def staff(db):
+    return make_user("staff", roles.STAFF)
+
+
+@pytest.fixture
+def operator(db):
+    return make_user("operator", roles.OPERATOR)
+
+
+@pytest.fixture
+def reviewer(db):
+    return make_user("reviewer", roles.REVIEWER)
+
+
+@pytest.fixture
+def nobody(db):
+    return make_user("nobody")
+
+
+@pytest.fixture
+def demo_workspace(db):
+    from feedback.demo import seed_workspace
+
+    return seed_workspace()
