@@ -110,7 +110,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "feedback-run-list"
+LOGIN_REDIRECT_URL = "feedback-home"
 LOGOUT_REDIRECT_URL = "login"
 
 # --- I18n ------------------------------------------------------------------------------------
@@ -125,6 +125,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(VAR_DIR / "staticfiles")))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # Hashed, compressed file names need `collectstatic`; tests and DEBUG serve files as they are.
 STATIC_MANIFEST = env.bool("STATIC_MANIFEST", default=not DEBUG)
 STORAGES = {

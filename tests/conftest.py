@@ -24,6 +24,8 @@ def _isolated_folders(settings, tmp_path):
     settings.WORKSPACES_ROOT = tmp_path / "workspaces"
     settings.RUN_SANDBOXES_ROOT = tmp_path / "runs"
     settings.LLM_BACKEND = "offline"
+    # Password hashing is deliberately slow; tests create many users and need no security.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def make_user(username: str, *groups: str, **extra):

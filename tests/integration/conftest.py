@@ -1,0 +1,24 @@
+import pytest
+
+from .worker import WorkerProcess
+
+
+@pytest.fixture(scope="session")
+def shared_folders(tmp_path_factory):
+    return tmp_path_factory.mktemp("shared")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_folders(settings, shared_folders):
+    # The worker process and this one must see the same workspaces.
+    settings.WORKSPACES_ROOT = shared_folders / "workspaces"
+    settings.RUN_SANDBOXES_ROOT = shared_folders / "runs"
+    settings.LLM_BACKEND = "offline"
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup, shared_folders):
+    worker = WorkerProcess(shared_folders).start()
+    yield worker
+    worker.stop()

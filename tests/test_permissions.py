@@ -1,0 +1,78 @@
+"""Every view, every role. A feedback view added without a row here fails the last test."""
+
+import pytest
+from django.urls import get_resolver, reverse
+
+from feedback.models import Run
+
+from .conftest import make_user
+from .factories import make_run
+
+pytestmark = pytest.mark.django_db
+
+ROLES = ["anonymous", "nobody", "staff", "operator", "reviewer"]
+LOGIN = "login"
+
+# (url name, method, kwargs key, expected outcome per role). The run belongs to another
+# staff member, so "staff" here is someone else's run; own runs are tested below.
+ACCESS = [
+    ("feedback-home", "get", None, [LOGIN, 302, 302, 302, 302]),
+    ("feedback-task-submit", "get", None, [LOGIN, 403, 200, 403, 403]),
+    ("feedback-run-list", "get", None, [LOGIN, 403, 200, 200, 200]),
+    ("feedback-run-detail", "get", "run", [LOGIN, 403, 403, 200, 200]),
+    ("feedback-run-cancel", "post", "run", [LOGIN, 403, 403, 403, 302]),
+    ("feedback-run-rerun", "post", "run", [LOGIN, 403, 403, 403, 403]),
+    ("feedback-strategy-list", "get", None, [LOGIN, 403, 403, 200, 200]),
+]
+
+
+@pytest.fixture
+def others_run(db):
+    owner = make_user("owner", "staff")
+    return make_run(user=owner)
+
+
+@pytest.mark.parametrize(("name", "method", "kwarg", "expected"), ACCESS)
+@pytest.mark.parametrize("role_index", range(len(ROLES)))
+def test_role_access(client, others_run, name, method, kwarg, expected, role_index):
+    role = ROLES[role_index]
+    if role != "anonymous":
+        groups = [] if role == "nobody" else [role]
+        client.force_login(make_user(f"u-{role}", *groups))
+    url = reverse(name, kwargs={"run_id": others_run.pk} if kwarg else None)
+    response = getattr(client, method)(url)
+    want = expected[role_index]
+    if want == LOGIN:
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("login"))
+    else:
+        assert response.status_code == want, f"{role} {method.upper()} {name}"
+
+
+def test_staff_control_their_own_runs(client, staff):
+    run = make_run(user=staff)
+    client.force_login(staff)
+    assert client.get(reverse("feedback-run-detail", args=[run.pk])).status_code == 200
+    assert client.post(reverse("feedback-run-cancel", args=[run.pk])).status_code == 302
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    response = client.post(reverse("feedback-run-rerun", args=[run.pk]))
+    assert response.status_code == 302
+    assert Run.objects.filter(task__created_by=staff).count() == 2
+
+
+def test_staff_see_only_their_own_runs_in_the_list(client, staff, others_run):
+    mine = make_run(user=staff, text="my own task 1 + 1")
+    client.force_login(staff)
+    html = client.get(reverse("feedback-run-list")).content.decode()
+    assert f'id="run-{mine.pk}"' in html
+    assert f'id="run-{others_run.pk}"' not in html
+
+
+def test_every_feedback_view_has_an_access_row():
+    names = set()
+    for pattern in get_resolver().url_patterns:
+        for sub in getattr(pattern, "url_patterns", []):
+            if (getattr(sub, "name", None) or "").startswith("feedback-"):
+                names.add(sub.name)
+    assert names == {row[0] for row in ACCESS}

@@ -1,0 +1,83 @@
+import pytest
+from django.urls import reverse
+
+from feedback.agent.loop import execute_run
+from feedback.models import Run, Step, Task
+
+from .factories import make_run
+
+pytestmark = pytest.mark.django_db
+
+
+def test_run_page_shows_the_trace_and_answer(client, operator, demo_workspace):
+    run = make_run(
+        text="Summarise report.txt and count its words",
+        kind=Task.Kind.FILE_ANALYSIS,
+        workspace=demo_workspace,
+    )
+    execute_run(run.pk)
+    client.force_login(operator)
+    html = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
+    assert "Succeeded" in html
+    assert "It has 80 words" in html
+    assert html.count('class="step ') == 4
+    assert "read_text_file" in html and "analyze_text" in html
+    assert "Offline demo model (rule-based, no LLM)" in html
+    assert 'hx-trigger="every 1s"' not in html  # finished: no more polling
+
+
+def test_an_active_run_polls_and_htmx_gets_only_the_live_part(client, operator):
+    run = make_run(status=Run.Status.RUNNING)
+    Step.objects.create(run=run, index=0, kind=Step.Kind.THOUGHT, thought="Thinking about <b>it</b>")
+    client.force_login(operator)
+    url = reverse("feedback-run-detail", args=[run.pk])
+    page = client.get(url).content.decode()
+    assert 'hx-trigger="every 1s"' in page and "<html" in page
+    fragment = client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert fragment.lstrip().startswith('<div id="run-live"')
+    assert "<html" not in fragment
+    assert "Thinking about &lt;b&gt;it&lt;/b&gt;" in fragment
+
+
+def test_tool_results_with_html_are_escaped(client, operator):
+    run = make_run(status=Run.Status.SUCCEEDED, final_output="<script>steal()</script>")
+    Step.objects.create(
+        run=run,
+        index=0,
+        kind=Step.Kind.TOOL_CALL,
+        tool_name="read_text_file",
+        arguments={"path": "<x>"},
+        result={"text": "<img src=x onerror=alert(1)>"},
+        success=True,
+    )
+    client.force_login(operator)
+    html = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
+    assert "<script>steal()" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;steal()&lt;/script&gt;" in html
+
+
+def test_run_list_filters_and_polls_only_while_something_is_active(client, operator):
+    done = make_run(status=Run.Status.SUCCEEDED, text="finished task")
+    client.force_login(operator)
+    url = reverse("feedback-run-list")
+    html = client.get(url).content.decode()
+    assert f'id="run-{done.pk}"' in html and "every 2s" not in html
+    active = make_run(status=Run.Status.QUEUED, text="waiting task")
+    html = client.get(url).content.decode()
+    assert "every 2s" in html
+    filtered = client.get(url, {"status": "queued"}).content.decode()
+    assert f'id="run-{active.pk}"' in filtered and f'id="run-{done.pk}"' not in filtered
+    fragment = client.get(url, {"status": "nonsense"}, headers={"HX-Request": "true"}).content.decode()
+    assert fragment.lstrip().startswith('<div id="run-table"')
+    assert f'id="run-{done.pk}"' in fragment
+
+
+def test_empty_states(client, reviewer):
+    client.force_login(reviewer)
+    assert "No runs yet." in client.get(reverse("feedback-run-list")).content.decode()
+    assert "No strategies yet." in client.get(reverse("feedback-strategy-list")).content.decode()
+
+
+def test_missing_run_is_404(client, operator):
+    client.force_login(operator)
+    assert client.get(reverse("feedback-run-detail", args=[987654])).status_code == 404
