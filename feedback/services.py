@@ -44,16 +44,20 @@ def run_cancel(*, run: Run, user: AbstractBaseUser) -> bool:
     return bool(stopped)
 
 
+@transaction.atomic
 def run_rerun(*, run: Run, user: AbstractBaseUser) -> Run:
     """A fresh run of the same task (a new task row keeps who asked and when)."""
     task = run.task
-    return task_submit(
+    new_run = task_submit(
         user=user,
         text=task.text,
         kind=task.kind,
         expected_answer=task.expected_answer,
         workspace=task.workspace,
     )
+    Run.objects.filter(pk=new_run.pk).update(retry_of=run)
+    new_run.retry_of = run
+    return new_run
 
 
 def run_can_control(*, run: Run, user: AbstractBaseUser) -> bool:

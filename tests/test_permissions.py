@@ -59,6 +59,7 @@ def test_staff_control_their_own_runs(client, staff):
     response = client.post(reverse("feedback-run-rerun", args=[run.pk]))
     assert response.status_code == 302
     assert Run.objects.filter(task__created_by=staff).count() == 2
+    assert Run.objects.get(retry_of=run).task.text == run.task.text
 
 
 def test_staff_see_only_their_own_runs_in_the_list(client, staff, others_run):

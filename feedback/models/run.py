@@ -24,6 +24,10 @@ class Run(models.Model):
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
     )
+    # Set when a person asked for this run again: the original then counts as an intervention.
+    retry_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+    )
     parent_step = models.ForeignKey(
         "feedback.Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="child_runs"
     )
