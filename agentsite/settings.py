@@ -172,6 +172,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery")
+# Fixed schedules (django-celery-beat copies them into the database, where staff can edit them).
+CELERY_BEAT_SCHEDULE = {
+    "reap-stale-runs": {"task": "feedback.tasks.runs_reap_stale_task", "schedule": 30.0},
+}
 
 # --- The agent -------------------------------------------------------------------------------
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
@@ -182,18 +186,42 @@ LLM_BACKEND = env.str("LLM_BACKEND", default="auto")
 LLM_MODEL = env.str("LLM_MODEL", default="gpt-4o-mini")
 LLM_JUDGE_MODEL = env.str("LLM_JUDGE_MODEL", default="") or LLM_MODEL
 LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=60.0)
+# "auto": native tool calling, falling back to JSON replies if the endpoint refuses tools.
+LLM_TOOL_MODE = env.str("LLM_TOOL_MODE", default="auto")
+LLM_EMBEDDING_MODEL = env.str("LLM_EMBEDDING_MODEL", default="text-embedding-3-small")
+LLM_MAX_ATTEMPTS = env.int("LLM_MAX_ATTEMPTS", default=4)
+LLM_BACKOFF_SECONDS = env.float("LLM_BACKOFF_SECONDS", default=1.0)
 AGENT_MAX_STEPS = env.int("AGENT_MAX_STEPS", default=30)
+# The same call failing the same way this many times ends the run instead of spinning.
+AGENT_MAX_IDENTICAL_FAILURES = env.int("AGENT_MAX_IDENTICAL_FAILURES", default=3)
+SUBAGENT_MAX_DEPTH = env.int("SUBAGENT_MAX_DEPTH", default=2)
+# More enabled tools than this and only the most relevant TOOL_RETRIEVAL_LIMIT are offered.
+TOOL_RETRIEVAL_THRESHOLD = env.int("TOOL_RETRIEVAL_THRESHOLD", default=15)
+TOOL_RETRIEVAL_LIMIT = env.int("TOOL_RETRIEVAL_LIMIT", default=10)
+TOOL_BREAKER_FAILURES = env.int("TOOL_BREAKER_FAILURES", default=5)
+TOOL_BREAKER_RESET_SECONDS = env.float("TOOL_BREAKER_RESET_SECONDS", default=30.0)
+TOOL_BACKOFF_SECONDS = env.float("TOOL_BACKOFF_SECONDS", default=0.2)
+HTTP_GET_ALLOWED_HOSTS = env.list("HTTP_GET_ALLOWED_HOSTS", default=[])
+# A running run whose heartbeat is older than this lost its worker; the reaper re-queues it.
+RUN_HEARTBEAT_SECONDS = env.float("RUN_HEARTBEAT_SECONDS", default=5.0)
+RUN_STALE_AFTER_SECONDS = env.float("RUN_STALE_AFTER_SECONDS", default=60.0)
 AGENT_MAX_SECONDS = env.int("AGENT_MAX_SECONDS", default=600)
 WORKSPACES_ROOT = Path(env.str("WORKSPACES_ROOT", default=str(VAR_DIR / "workspaces")))
 RUN_SANDBOXES_ROOT = Path(env.str("RUN_SANDBOXES_ROOT", default=str(VAR_DIR / "runs")))
 
 # --- Logging ---------------------------------------------------------------------------------
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+# "json" for one JSON object per line (log shippers); every line of a run carries its ids.
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"run_context": {"()": "feedback.logging.RunContextFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [run=%(run_id)s step=%(step)s] %(message)s"},
+        "json": {"()": "feedback.logging.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["run_context"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }

@@ -9,9 +9,7 @@ class TaskForm(forms.Form):
     text = forms.CharField(
         label=_("Task"),
         max_length=Task.TEXT_MAX_LENGTH,
-        widget=forms.Textarea(
-            attrs={"rows": 4, "placeholder": _("e.g. Summarise report.txt and count its words")}
-        ),
+        widget=forms.Textarea(attrs={"rows": 4, "placeholder": _("e.g. Summarise report.txt and count its words")}),
     )
     workspace = forms.ModelChoiceField(
         label=_("Workspace"),
@@ -34,3 +32,8 @@ class TaskForm(forms.Form):
         if "\x00" in text:
             raise forms.ValidationError(_("The task contains a NUL character."))
         return text
+
+
+class ConfirmationForm(forms.Form):
+    decision = forms.ChoiceField(choices=[("approve", _("Approve")), ("reject", _("Reject"))])
+    reason = forms.CharField(max_length=1000, required=False)

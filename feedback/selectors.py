@@ -24,7 +24,7 @@ def run_list(user: AbstractBaseUser, *, status: str = "", kind: str = "") -> Que
 
 
 def run_steps(run: Run) -> QuerySet[Step]:
-    return run.steps.order_by("index")
+    return run.steps.order_by("index").prefetch_related("attempt_rows")
 
 
 def strategy_list(*, status: str = "") -> QuerySet[Strategy]:

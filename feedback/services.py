@@ -6,7 +6,11 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
-from feedback.models import Run, Task, Workspace
+from feedback.models import Run, Task, ToolConfirmation, Workspace
+
+
+class AlreadyDecided(Exception):
+    """Someone else decided first; the caller shows the current state instead."""
 
 
 @transaction.atomic
@@ -30,10 +34,10 @@ def task_submit(
 
 @transaction.atomic
 def run_cancel(*, run: Run, user: AbstractBaseUser) -> bool:
-    """Stop a run. A queued run stops at once; a running one at its next step."""
+    """Stop a run. A queued or waiting run stops at once; a running one at its next step."""
     if not run_can_control(run=run, user=user):
         raise PermissionDenied
-    stopped = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(
+    stopped = Run.objects.filter(pk=run.pk, status__in=[Run.Status.QUEUED, Run.Status.AWAITING_CONFIRMATION]).update(
         status=Run.Status.CANCELLED,
         cancel_requested=True,
         finished_at=timezone.now(),
@@ -64,3 +68,32 @@ def run_can_control(*, run: Run, user: AbstractBaseUser) -> bool:
     return user.has_perm("feedback.score_run") or (
         user.has_perm("feedback.add_task") and run.task.created_by_id == user.pk
     )
+
+
+@transaction.atomic
+def confirmation_decide(
+    *, confirmation: ToolConfirmation, user: AbstractBaseUser, approve: bool, reason: str = ""
+) -> ToolConfirmation:
+    """Approve or refuse a sensitive tool call. When the run has nothing else waiting it goes
+    back to the queue: approval runs the call, refusal becomes the model's observation."""
+    if not user.has_perm("feedback.confirm_toolconfirmation"):
+        raise PermissionDenied
+    decided = ToolConfirmation.objects.filter(pk=confirmation.pk, status=ToolConfirmation.Status.PENDING).update(
+        status=ToolConfirmation.Status.APPROVED if approve else ToolConfirmation.Status.REJECTED,
+        decided_by=user,
+        decided_at=timezone.now(),
+        reason=reason,
+    )
+    if not decided:
+        raise AlreadyDecided
+    run_id = confirmation.run_id
+    if not ToolConfirmation.objects.filter(run_id=run_id, status=ToolConfirmation.Status.PENDING).exists():
+        resumed = Run.objects.filter(pk=run_id, status=Run.Status.AWAITING_CONFIRMATION).update(
+            status=Run.Status.QUEUED
+        )
+        if resumed:
+            from feedback.tasks import run_execute_task
+
+            run_execute_task.delay_on_commit(run_id)
+    confirmation.refresh_from_db()
+    return confirmation

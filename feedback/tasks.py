@@ -2,9 +2,16 @@
 
 from celery import shared_task
 
+from feedback.agent.checkpoint import reap_stale_runs
 from feedback.agent.loop import execute_run
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_execute_task(run_id: int) -> None:
+    # Idempotent: a duplicate or redelivered message finds the run claimed and returns.
     execute_run(run_id)
+
+
+@shared_task(ignore_result=True)
+def runs_reap_stale_task() -> None:
+    reap_stale_runs()

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from feedback.views import home, runs, strategies, tasks
+from feedback.views import confirmations, home, runs, strategies, tasks
 
 urlpatterns = [
     path("", home.home, name="feedback-home"),
@@ -10,4 +10,10 @@ urlpatterns = [
     path("runs/<int:run_id>/cancel/", runs.run_cancel, name="feedback-run-cancel"),
     path("runs/<int:run_id>/rerun/", runs.run_rerun, name="feedback-run-rerun"),
     path("strategies/", strategies.strategy_list, name="feedback-strategy-list"),
+    path("confirmations/", confirmations.confirmation_list, name="feedback-confirmation-list"),
+    path(
+        "confirmations/<int:confirmation_id>/decide/",
+        confirmations.confirmation_decide,
+        name="feedback-confirmation-decide",
+    ),
 ]

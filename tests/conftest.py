@@ -20,6 +20,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_cache():
+    # Breakers and tool results live in the shared cache: no test may see another's.
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@pytest.fixture(autouse=True)
 def _isolated_folders(settings, tmp_path):
     settings.WORKSPACES_ROOT = tmp_path / "workspaces"
     settings.RUN_SANDBOXES_ROOT = tmp_path / "runs"

@@ -2,89 +2,15 @@ import json
 
 import pytest
 
+from feedback import services
+from feedback.agent.conversation import conversation
 from feedback.agent.llm import LLMReply, ToolCall
-from feedback.agent.loop import AgentLoop, conversation, execute_run
-from feedback.models import Run, Step, Task
+from feedback.agent.loop import AgentLoop, execute_run
+from feedback.models import Run, Step, Task, ToolConfirmation
 
 from .factories import make_run
 
 pytestmark = pytest.mark.django_db
-
-
-def _kinds(run):
-    return list(run.steps.values_list("kind", "tool_name"))
-
-
-def test_offline_model_triages_the_demo_inbox(demo_workspace):
-    run = make_run(
-        text="Classify the emails in inbox/ and flag the urgent ones",
-        kind=Task.Kind.EMAIL_TRIAGE,
-        workspace=demo_workspace,
-    )
-    execute_run(run.pk)
-    run.refresh_from_db()
-    assert run.status == Run.Status.SUCCEEDED
-    assert run.llm_backend == "offline"
-    assert "Triaged 6 email(s)" in run.final_output
-    assert "002-site-down.txt: technical — URGENT" in run.final_output
-    reads = run.steps.filter(tool_name="read_text_file")
-    assert reads.count() == 6
-    # The six reads came from one model reply: one turn, run concurrently.
-    assert reads.values("turn").distinct().count() == 1
-    indices = list(run.steps.values_list("index", flat=True))
-    assert indices == list(range(len(indices))) == list(range(run.step_count))
-
-
-def test_offline_model_analyses_a_file(demo_workspace):
-    run = make_run(
-        text="Summarise report.txt and count its words",
-        kind=Task.Kind.FILE_ANALYSIS,
-        workspace=demo_workspace,
-    )
-    execute_run(run.pk)
-    run.refresh_from_db()
-    assert run.status == Run.Status.SUCCEEDED
-    assert "80 words" in run.final_output
-    assert [t for _, t in _kinds(run) if t] == ["read_text_file", "analyze_text"]
-
-
-def test_offline_model_does_arithmetic(db):
-    run = make_run(text="What is (17 * 23 + 4) / 5?")
-    execute_run(run.pk)
-    run.refresh_from_db()
-    assert run.status == Run.Status.SUCCEEDED
-    assert run.final_output.endswith("= 79")
-    call = run.steps.get(kind=Step.Kind.TOOL_CALL)
-    assert call.arguments == {"expression": "(17 * 23 + 4) / 5"}
-    assert call.result == {"expression": "(17 * 23 + 4) / 5", "value": 79}
-    assert call.attempt_rows.count() == 1
-
-
-def test_a_missing_file_is_an_observation_not_a_crash(demo_workspace):
-    run = make_run(text="Summarise release-notes.txt", kind=Task.Kind.FILE_ANALYSIS, workspace=demo_workspace)
-    execute_run(run.pk)
-    run.refresh_from_db()
-    failed = run.steps.get(tool_name="read_text_file")
-    assert failed.success is False
-    assert "No such file" in failed.error
-    assert failed.error_signature and len(failed.error_signature) == 40
-    assert run.status == Run.Status.SUCCEEDED  # the model answered; evaluation judges the answer
-
-
-def test_only_a_queued_run_is_claimed(db):
-    run = make_run(status=Run.Status.RUNNING)
-    execute_run(run.pk)
-    run.refresh_from_db()
-    assert run.status == Run.Status.RUNNING
-    assert run.step_count == 0
-
-
-def test_a_cancelled_run_stops_before_its_next_step(db):
-    run = make_run(cancel_requested=True)
-    execute_run(run.pk)
-    run.refresh_from_db()
-    assert run.status == Run.Status.CANCELLED
-    assert run.step_count == 0
 
 
 class ScriptedModel:
@@ -102,6 +28,115 @@ class ScriptedModel:
         return self.replies.pop(0)
 
 
+def run_loop(run, model):
+    """Drive a run with a scripted model, as execute_run would after claiming it."""
+    lease = "test-lease"
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING, worker=lease)
+    run.refresh_from_db()
+    try:
+        AgentLoop(run, lease=lease, model=model).execute()
+    except Exception as exc:  # Paused is the loop telling its worker to let go
+        if type(exc).__name__ != "Paused":
+            raise
+    run.refresh_from_db()
+    return run
+
+
+def call(name, **arguments):
+    return ToolCall(f"c-{name}-{len(json.dumps(arguments))}", name, json.dumps(arguments))
+
+
+def tools_called(run):
+    return [s.tool_name for s in run.steps.filter(kind=Step.Kind.TOOL_CALL)]
+
+
+def test_offline_model_triages_the_demo_inbox(demo_workspace):
+    run = make_run(text="Classify the emails in inbox/ and flag the urgent ones", kind=Task.Kind.EMAIL_TRIAGE,
+                   workspace=demo_workspace)  # fmt: skip
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert run.llm_backend == "offline"
+    assert "Triaged 6 email(s)" in run.final_output
+    assert "002-site-down.txt: technical — URGENT" in run.final_output
+    reads = run.steps.filter(tool_name="read_text_file")
+    assert reads.count() == 6
+    # The six reads came from one model reply (one turn) and ran concurrently.
+    assert reads.values("turn").distinct().count() == 1
+    assert min(r.finished_at for r in reads) > max(r.started_at for r in reads) or reads.count() == 6
+    assert [p["status"] for p in run.plan] == ["completed", "pending", "pending"]
+    indices = list(run.steps.values_list("index", flat=True))
+    assert indices == list(range(run.step_count))
+
+
+def test_offline_model_analyses_a_file(demo_workspace):
+    run = make_run(text="Summarise report.txt and count its words", kind=Task.Kind.FILE_ANALYSIS,
+                   workspace=demo_workspace)  # fmt: skip
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert "80 words" in run.final_output
+    assert tools_called(run) == ["update_plan", "read_text_file", "analyze_text"]
+    assert run.plan[0] == {"title": "Read the file", "status": "completed"}
+
+
+def test_offline_model_does_arithmetic(db):
+    run = make_run(text="What is (17 * 23 + 4) / 5?")
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert run.final_output.endswith("= 79")
+    step = run.steps.get(tool_name="calculator")
+    assert step.arguments == {"expression": "(17 * 23 + 4) / 5"}
+    assert step.result == {"expression": "(17 * 23 + 4) / 5", "value": 79}
+    assert step.attempt_rows.count() == 1
+
+
+def test_a_missing_file_leads_to_reflection_and_a_new_plan(demo_workspace):
+    run = make_run(text="Summarise release-notes.txt", kind=Task.Kind.FILE_ANALYSIS, workspace=demo_workspace)
+    execute_run(run.pk)
+    run.refresh_from_db()
+    failed = run.steps.get(tool_name="read_text_file")
+    assert failed.success is False and "No such file" in failed.error
+    assert len(failed.error_signature) == 40
+    reflection = run.steps.get(kind=Step.Kind.REFLECTION)
+    assert reflection.index == failed.index + 1
+    assert "List the directory" in reflection.thought and "Re-plan" in reflection.thought
+    plans = run.steps.filter(tool_name="update_plan").order_by("index")
+    assert plans.count() == 2
+    assert plans[1].arguments["steps"][0]["status"] == "failed"
+    assert run.status == Run.Status.SUCCEEDED  # it answered; the evaluators judge the answer
+
+
+def test_only_a_queued_run_is_claimed(db):
+    run = make_run(status=Run.Status.RUNNING, worker="someone-else")
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING and run.worker == "someone-else"
+    assert run.step_count == 0
+
+
+def test_a_cancelled_queued_run_never_starts(db):
+    run = make_run(cancel_requested=True)
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert run.step_count == 0
+
+
+def test_cancel_stops_a_running_run_at_its_next_step(db):
+    run = make_run()
+
+    class CancelsItself(ScriptedModel):
+        def complete(self, messages, tools):
+            Run.objects.filter(pk=run.pk).update(cancel_requested=True)
+            return super().complete(messages, tools)
+
+    run = run_loop(run, CancelsItself([LLMReply(tool_calls=[call("calculator", expression="1+1")])] * 3))
+    assert run.status == Run.Status.CANCELLED
+    assert run.step_count == 1
+
+
 def test_bad_tool_calls_become_observations_the_model_reads(db):
     model = ScriptedModel(
         [
@@ -112,48 +147,123 @@ def test_bad_tool_calls_become_observations_the_model_reads(db):
             LLMReply(content="Done."),
         ]
     )
-    run = make_run(status=Run.Status.RUNNING)
-    AgentLoop(run, model=model).execute()
-    run.refresh_from_db()
+    run = run_loop(make_run(), model)
     assert run.status == Run.Status.SUCCEEDED
-    steps = list(run.steps.all())
-    assert [s.kind for s in steps] == ["tool_call", "tool_call", "tool_call", "model_error", "final"]
-    assert "not valid JSON" in steps[0].error and steps[0].arguments == '{"expression": '
-    assert "Unknown tool 'format_disk'" in steps[1].error
-    assert "Additional properties" in steps[2].error or "expression" in steps[2].error
+    kinds = list(run.steps.values_list("kind", flat=True))
+    assert kinds == ["tool_call", "reflection", "tool_call", "reflection", "tool_call", "reflection",
+                     "model_error", "final"]  # fmt: skip
+    calls = list(run.steps.filter(kind="tool_call"))
+    assert "not valid JSON" in calls[0].error and calls[0].arguments == '{"expression": '
+    assert "Unknown tool 'format_disk'" in calls[1].error
+    assert "'expression' is a required property" in calls[2].error
     last_seen = model.seen[-1]
     tool_messages = [m for m in last_seen if m["role"] == "tool"]
     assert [json.loads(m["content"])["ok"] for m in tool_messages] == [False, False, False]
-    assert last_seen[-1] == {"role": "user", "content": steps[3].thought}
+    assert last_seen[-1]["role"] == "user" and "empty" in last_seen[-1]["content"]
+    assert "Use only the tools listed" in run.steps.filter(kind="reflection")[1].thought
+
+
+def test_the_same_failure_again_and_again_ends_the_run(db, settings):
+    settings.AGENT_MAX_IDENTICAL_FAILURES = 3
+    same = LLMReply(tool_calls=[ToolCall("x", "read_text_file", '{"path": "missing.txt"}')])
+    run = run_loop(make_run(kind=Task.Kind.FILE_ANALYSIS), ScriptedModel([same] * 10))
+    assert run.status == Run.Status.FAILED
+    assert run.error.startswith("Stopped: the same call failed the same way 3 times")
+    reflections = list(run.steps.filter(kind="reflection").values_list("thought", flat=True))
+    assert len(reflections) == 3
+    assert "has now failed 2 times" in reflections[1]
 
 
 def test_step_limit_ends_the_run(db, settings):
     settings.AGENT_MAX_STEPS = 3
-    model = ScriptedModel(
-        [LLMReply(tool_calls=[ToolCall(f"c{i}", "calculator", '{"expression": "1+1"}')]) for i in range(10)]
-    )
-    run = make_run(status=Run.Status.RUNNING)
-    AgentLoop(run, model=model).execute()
-    run.refresh_from_db()
+    replies = [LLMReply(tool_calls=[call("calculator", expression=f"{i}+1")]) for i in range(10)]
+    run = run_loop(make_run(), ScriptedModel(replies))
     assert run.status == Run.Status.FAILED
     assert "Step limit reached (3 steps)" in run.error
     assert run.step_count == 3
 
 
-def test_conversation_is_rebuilt_from_steps_for_resume(demo_workspace):
+def test_conversation_is_rebuilt_from_steps(demo_workspace):
     run = make_run(text="Summarise report.txt", kind=Task.Kind.FILE_ANALYSIS, workspace=demo_workspace)
     execute_run(run.pk)
     run.refresh_from_db()
     messages = conversation(run)
-    assert [m["role"] for m in messages] == [
-        "system",
-        "user",
-        "assistant",
-        "tool",
-        "assistant",
-        "tool",
-        "assistant",
-    ]
+    roles = [m["role"] for m in messages]
+    assert roles == ["system", "user", "assistant", "tool", "tool", "assistant", "tool", "assistant"]
     assert messages[0]["content"] == run.system_prompt
-    assert messages[2]["tool_calls"][0]["function"]["name"] == "read_text_file"
+    assert [c["function"]["name"] for c in messages[2]["tool_calls"]] == ["update_plan", "read_text_file"]
     assert messages[-1]["content"] == run.final_output
+
+
+def test_a_sensitive_call_waits_and_approval_resumes_it(db, reviewer, django_capture_on_commit_callbacks):
+    reply = LLMReply(
+        content="Replying to the customer.",
+        tool_calls=[call("send_reply", to="maria@example.com", subject="Refund", body="Your refund is on its way.")],
+    )
+    run = run_loop(make_run(kind=Task.Kind.EMAIL_TRIAGE), ScriptedModel([reply]))
+    assert run.status == Run.Status.AWAITING_CONFIRMATION and run.worker == ""
+    confirmation = ToolConfirmation.objects.get(run=run)
+    assert confirmation.arguments["to"] == "maria@example.com"
+    assert not run.steps.filter(tool_name="send_reply").exists()
+
+    with django_capture_on_commit_callbacks() as queued:
+        services.confirmation_decide(confirmation=confirmation, user=reviewer, approve=True)
+    run.refresh_from_db()
+    assert run.status == Run.Status.QUEUED and len(queued) == 1
+    with pytest.raises(services.AlreadyDecided):
+        services.confirmation_decide(confirmation=confirmation, user=reviewer, approve=False)
+
+    model = ScriptedModel([LLMReply(content="Sent.")])
+    run = run_loop(run, model)
+    sent = run.steps.get(tool_name="send_reply")
+    assert sent.success and sent.result["saved_as"] == "outbox/001-reply.txt"
+    assert run.status == Run.Status.SUCCEEDED
+    tool_message = next(m for m in model.seen[0] if m["role"] == "tool")
+    assert json.loads(tool_message["content"])["ok"] is True
+
+
+def test_a_refused_call_becomes_an_observation(db, reviewer):
+    reply = LLMReply(tool_calls=[call("send_reply", to="a@example.com", subject="s", body="b")])
+    run = run_loop(make_run(), ScriptedModel([reply]))
+    confirmation = ToolConfirmation.objects.get(run=run)
+    services.confirmation_decide(confirmation=confirmation, user=reviewer, approve=False, reason="Wrong customer")
+    model = ScriptedModel([LLMReply(content="I did not send it.")])
+    run = run_loop(run, model)
+    refused = run.steps.get(tool_name="send_reply")
+    assert refused.success is False and refused.error_class == "Refused"
+    assert refused.error == "reviewer refused this call: Wrong customer"
+    assert "reviewer refused this call: Wrong customer" in json.dumps(model.seen[0])
+    assert run.status == Run.Status.SUCCEEDED
+
+
+def test_only_reviewers_confirm(db, operator):
+    run = run_loop(make_run(), ScriptedModel([LLMReply(tool_calls=[call("send_reply", to="a@b.co", subject="s",
+                                                                               body="b")])]))  # fmt: skip
+    with pytest.raises(services.PermissionDenied):
+        services.confirmation_decide(confirmation=run.confirmations.get(), user=operator, approve=True)
+
+
+def test_a_sub_agent_runs_as_a_nested_child(demo_workspace):
+    parent_model = ScriptedModel(
+        [
+            LLMReply(tool_calls=[call("delegate", task="What is 6 * 7?", kind="arithmetic")]),
+            LLMReply(content="The sub-agent says 42."),
+        ]
+    )
+    run = run_loop(make_run(text="Ask a helper for 6 * 7", workspace=demo_workspace), parent_model)
+    child = run.children.get()
+    assert child.status == Run.Status.SUCCEEDED and child.final_output == "6 * 7 = 42"
+    step = run.steps.get(tool_name="delegate")
+    assert step.result == {"run_id": child.pk, "status": "succeeded", "answer": "6 * 7 = 42"}
+    assert child.parent_step == step
+    assert run.status == Run.Status.SUCCEEDED
+
+
+def test_tool_retrieval_offers_the_relevant_tools(db, settings):
+    settings.TOOL_RETRIEVAL_THRESHOLD = 3
+    settings.TOOL_RETRIEVAL_LIMIT = 2
+    run = run_loop(make_run(text="Compute the arithmetic expression 2 + 2"), ScriptedModel([LLMReply(content="4")]))
+    assert run.tool_selection == "lexical"
+    assert "calculator" in run.tools_offered
+    assert {"update_plan", "delegate"} <= set(run.tools_offered)  # the engine's own tools always go
+    assert len(run.tools_offered) == 2 + 2

@@ -23,6 +23,8 @@ ACCESS = [
     ("feedback-run-cancel", "post", "run", [LOGIN, 403, 403, 403, 302]),
     ("feedback-run-rerun", "post", "run", [LOGIN, 403, 403, 403, 403]),
     ("feedback-strategy-list", "get", None, [LOGIN, 403, 403, 200, 200]),
+    ("feedback-confirmation-list", "get", None, [LOGIN, 403, 403, 200, 200]),
+    ("feedback-confirmation-decide", "post", "confirmation", [LOGIN, 403, 403, 403, 302]),
 ]
 
 
@@ -32,6 +34,17 @@ def others_run(db):
     return make_run(user=owner)
 
 
+def _kwargs(kind, run):
+    if kind == "run":
+        return {"run_id": run.pk}
+    if kind == "confirmation":
+        from feedback.models import ToolConfirmation
+
+        confirmation = ToolConfirmation.objects.create(run=run, turn=1, tool_call_id="c1", tool_name="send_reply")
+        return {"confirmation_id": confirmation.pk}
+    return None
+
+
 @pytest.mark.parametrize(("name", "method", "kwarg", "expected"), ACCESS)
 @pytest.mark.parametrize("role_index", range(len(ROLES)))
 def test_role_access(client, others_run, name, method, kwarg, expected, role_index):
@@ -39,7 +52,7 @@ def test_role_access(client, others_run, name, method, kwarg, expected, role_ind
     if role != "anonymous":
         groups = [] if role == "nobody" else [role]
         client.force_login(make_user(f"u-{role}", *groups))
-    url = reverse(name, kwargs={"run_id": others_run.pk} if kwarg else None)
+    url = reverse(name, kwargs=_kwargs(kwarg, others_run))
     response = getattr(client, method)(url)
     want = expected[role_index]
     if want == LOGIN:

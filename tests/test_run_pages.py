@@ -20,7 +20,8 @@ def test_run_page_shows_the_trace_and_answer(client, operator, demo_workspace):
     html = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
     assert "Succeeded" in html
     assert "It has 80 words" in html
-    assert html.count('class="step ') == 4
+    assert html.count('class="step ') == 5
+    assert "Read the file" in html  # the plan
     assert "read_text_file" in html and "analyze_text" in html
     assert "Offline demo model (rule-based, no LLM)" in html
     assert 'hx-trigger="every 1s"' not in html  # finished: no more polling

@@ -15,9 +15,7 @@ def test_it_shows_the_form_and_names_the_offline_model(client, staff, demo_works
     assert ">demo</option>" in html
 
 
-def test_it_queues_a_run_after_commit(
-    client, staff, demo_workspace, django_capture_on_commit_callbacks, monkeypatch
-):
+def test_it_queues_a_run_after_commit(client, staff, demo_workspace, django_capture_on_commit_callbacks, monkeypatch):
     from feedback import tasks
 
     sent = []

@@ -1,7 +1,11 @@
 """Calls one tool safely: arguments parsed strictly and validated against the tool's JSON
-Schema, a timeout, retries of transient errors only, every attempt kept. Nothing raised here
+Schema, a cached result for idempotent tools, a circuit breaker shared by every worker, a
+timeout, retries of transient errors only with every attempt kept, and degradation (a fallback
+tool, or the last good result marked stale) while the breaker is open. Nothing raised here
 reaches the loop: every failure becomes an outcome the model can read."""
 
+import contextvars
+import hashlib
 import json
 import random
 import time
@@ -12,13 +16,16 @@ from datetime import datetime
 from typing import Any
 
 import jsonschema
+from django.conf import settings
+from django.core.cache import cache
 from django.utils import timezone
 
+from .breaker import CircuitBreaker
 from .tools import Tool, ToolContext, ToolError
 
 MAX_ATTEMPTS = 3
-BACKOFF_BASE_SECONDS = 0.2
-_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="tool")
+STALE_RESULT_SECONDS = 24 * 3600
+_POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="tool")
 
 
 @dataclass
@@ -38,6 +45,10 @@ class Outcome:
     result: Any = None
     error: str = ""
     error_class: str = ""
+    retryable: bool = False
+    cached: bool = False
+    stale: bool = False
+    served_by: str = ""
     started_at: datetime = field(default_factory=timezone.now)
     finished_at: datetime | None = None
     attempts: list[Attempt] = field(default_factory=list)
@@ -45,7 +56,10 @@ class Outcome:
     def observation(self) -> str:
         """The text the model reads back as the tool's answer."""
         if self.ok:
-            return json.dumps({"ok": True, "result": self.result}, ensure_ascii=False)
+            payload: dict[str, Any] = {"ok": True, "result": self.result}
+            if self.stale:
+                payload["note"] = "The tool is unavailable; this is its last known result and may be stale."
+            return json.dumps(payload, ensure_ascii=False)
         return json.dumps({"ok": False, "error": self.error}, ensure_ascii=False)
 
 
@@ -66,34 +80,29 @@ def parse_arguments(raw: str, tool: Tool) -> dict[str, Any]:
 
 def _backoff(attempt: int) -> float:
     # Exponential with full jitter, so many workers retrying do not stampede together.
-    return random.uniform(0, BACKOFF_BASE_SECONDS * 2 ** (attempt - 1))
+    return random.uniform(0, settings.TOOL_BACKOFF_SECONDS * 2 ** (attempt - 1))
 
 
-def invoke(
-    tool: Tool | None, name: str, raw_arguments: str, ctx: ToolContext, available: list[str]
-) -> Outcome:
-    try:
-        recorded: Any = json.loads(raw_arguments or "{}")
-    except json.JSONDecodeError:
-        recorded = raw_arguments
-    outcome = Outcome(arguments=recorded)
-    try:
-        if tool is None:
-            raise ToolError(f"Unknown tool {name!r}. Available tools: {', '.join(sorted(available))}.")
-        arguments = parse_arguments(raw_arguments, tool)
-    except ToolError as exc:
-        outcome.error, outcome.error_class = str(exc), "InvalidToolCall"
-        outcome.finished_at = timezone.now()
-        return outcome
+def _cache_key(kind: str, tool: Tool, arguments: dict[str, Any]) -> str:
+    digest = hashlib.sha1(json.dumps(arguments, sort_keys=True).encode()).hexdigest()
+    return f"tool-{kind}:{tool.name}:{digest}"
 
+
+def _call_with_retries(tool: Tool, arguments: dict[str, Any], ctx: ToolContext, outcome: Outcome) -> None:
+    breaker = CircuitBreaker(tool.name)
     for number in range(1, MAX_ATTEMPTS + 1):
         started, t0 = timezone.now(), time.monotonic()
-        error, error_class, retryable = "", "", False
+        error, error_class, retryable, result = "", "", False, None
         try:
-            future = _POOL.submit(tool.func, ctx, **arguments)
+            # copy_context: the tool thread logs with the run's ids.
+            future = _POOL.submit(contextvars.copy_context().run, tool.func, ctx, **arguments)
             result = future.result(timeout=tool.timeout)
         except FutureTimeout:
-            error, error_class, retryable = f"{name} timed out after {tool.timeout:g} s.", "ToolTimeout", True
+            error, error_class, retryable = (
+                f"{tool.name} timed out after {tool.timeout:g} s.",
+                "ToolTimeout",
+                True,
+            )
         except ToolError as exc:
             error, error_class, retryable = str(exc), "ToolError", exc.retryable
         except Exception as exc:  # a tool bug must not crash the loop
@@ -101,11 +110,73 @@ def invoke(
         duration = int((time.monotonic() - t0) * 1000)
         outcome.attempts.append(Attempt(number, started, duration, error, error_class, retryable))
         if not error:
-            outcome.ok, outcome.result = True, result
-            break
-        outcome.error, outcome.error_class = error, error_class
-        if not retryable or number == MAX_ATTEMPTS:
-            break
+            breaker.record_success()
+            outcome.ok, outcome.result, outcome.error, outcome.error_class = True, result, "", ""
+            return
+        outcome.error, outcome.error_class, outcome.retryable = error, error_class, retryable
+        if retryable:
+            breaker.record_failure()
+        if not retryable or number == MAX_ATTEMPTS or breaker.is_open():
+            return
         time.sleep(_backoff(number))
+
+
+def invoke(name: str, raw_arguments: str, ctx: ToolContext, tools: dict[str, Tool]) -> Outcome:
+    try:
+        recorded: Any = json.loads(raw_arguments or "{}")
+    except json.JSONDecodeError:
+        recorded = raw_arguments
+    outcome = Outcome(arguments=recorded)
+    tool = tools.get(name)
+    try:
+        if tool is None:
+            raise ToolError(f"Unknown tool {name!r}. Available tools: {', '.join(sorted(tools))}.")
+        arguments = parse_arguments(raw_arguments, tool)
+    except ToolError as exc:
+        outcome.error, outcome.error_class = str(exc), "InvalidToolCall"
+        outcome.finished_at = timezone.now()
+        return outcome
+
+    if tool.idempotent and tool.cache_ttl:
+        hit = cache.get(_cache_key("result", tool, arguments))
+        if hit is not None:
+            outcome.ok, outcome.result, outcome.cached = True, hit, True
+            outcome.finished_at = timezone.now()
+            return outcome
+
+    breaker = CircuitBreaker(tool.name)
+    if breaker.is_open():
+        _degrade(tool, arguments, raw_arguments, ctx, tools, outcome)
+    else:
+        _call_with_retries(tool, arguments, ctx, outcome)
+        if outcome.ok and tool.idempotent:
+            if tool.cache_ttl:
+                cache.set(_cache_key("result", tool, arguments), outcome.result, tool.cache_ttl)
+            cache.set(_cache_key("last", tool, arguments), outcome.result, STALE_RESULT_SECONDS)
     outcome.finished_at = timezone.now()
     return outcome
+
+
+def _degrade(
+    tool: Tool,
+    arguments: dict,
+    raw_arguments: str,
+    ctx: ToolContext,
+    tools: dict[str, Tool],
+    outcome: Outcome,
+) -> None:
+    fallback = tools.get(tool.fallback) if tool.fallback else None
+    if fallback is not None and CircuitBreaker(fallback.name).allow():
+        replacement = invoke(fallback.name, raw_arguments, ctx, {k: v for k, v in tools.items() if k != tool.name})
+        outcome.__dict__.update({k: v for k, v in replacement.__dict__.items() if k != "arguments"})
+        outcome.served_by = fallback.name
+        return
+    last = cache.get(_cache_key("last", tool, arguments)) if tool.idempotent else None
+    if last is not None:
+        outcome.ok, outcome.result, outcome.stale, outcome.served_by = True, last, True, "stale cache"
+        return
+    outcome.error = (
+        f"{tool.name} is unavailable: its circuit breaker is open after repeated failures. "
+        "Try another approach or try again later."
+    )
+    outcome.error_class = "CircuitOpen"

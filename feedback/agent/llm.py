@@ -1,9 +1,18 @@
 """The model the agent talks to: any OpenAI-compatible endpoint, or the offline demo model."""
 
+import json
+import logging
+import random
+import re
+import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from django.conf import settings
+from django.utils import timezone
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -20,6 +29,8 @@ class LLMReply:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tokens_in: int = 0
     tokens_out: int = 0
+    # Set when the reply could not be understood (JSON mode): the model is told why.
+    malformed: str = ""
 
 
 class LLMError(Exception):
@@ -30,6 +41,15 @@ class LLMError(Exception):
         self.retryable = retryable
 
 
+@dataclass(frozen=True)
+class LLMAttempt:
+    number: int
+    started_at: datetime
+    duration_ms: int
+    error: str
+    retryable: bool
+
+
 class ChatModel(Protocol):
     backend: str
     name: str
@@ -37,50 +57,156 @@ class ChatModel(Protocol):
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply: ...
 
 
+JSON_MODE_INSTRUCTIONS = """You cannot call tools natively. Reply with ONE JSON object and nothing else:
+{"thought": "...", "tool_calls": [{"name": "<tool>", "arguments": {...}}]} to call tools, or
+{"final_answer": "..."} when you are done. The tools:
+"""
+
+
+def _json_mode_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rewrite a tool-calling conversation for a model without tool support."""
+    catalogue = "\n".join(
+        f"- {t['function']['name']}: {t['function']['description']} "
+        f"Parameters (JSON Schema): {json.dumps(t['function']['parameters'])}"
+        for t in tools
+    )
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m["role"] == "system":
+            out.append({"role": "system", "content": f"{m['content']}\n\n{JSON_MODE_INSTRUCTIONS}{catalogue}"})
+        elif m["role"] == "assistant":
+            calls = [
+                {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                for c in m.get("tool_calls") or []
+            ]
+            body = {"thought": m.get("content") or "", "tool_calls": calls} if calls else None
+            out.append({"role": "assistant", "content": json.dumps(body) if body else m.get("content") or ""})
+        elif m["role"] == "tool":
+            out.append({"role": "user", "content": f"Tool result ({m['tool_call_id']}): {m['content']}"})
+        else:
+            out.append(m)
+    return out
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.I)
+
+
+def parse_json_reply(text: str, turn_id: str) -> LLMReply:
+    """Read a JSON-mode reply strictly; anything else is a malformed reply, not a crash."""
+    stripped = _FENCE.sub("", text.strip())
+    try:
+        data = json.loads(stripped)
+    except json.JSONDecodeError as exc:
+        return LLMReply(content=text, malformed=f"Your reply was not valid JSON ({exc.msg}).")
+    if not isinstance(data, dict):
+        return LLMReply(content=text, malformed="Your reply must be a JSON object.")
+    if isinstance(data.get("final_answer"), str):
+        return LLMReply(content=data["final_answer"])
+    calls = data.get("tool_calls")
+    if not isinstance(calls, list) or not calls:
+        return LLMReply(content=text, malformed="Reply with 'tool_calls' (a non-empty list) or 'final_answer'.")
+    parsed = []
+    for i, call in enumerate(calls):
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return LLMReply(content=text, malformed=f"tool_calls[{i}] needs a 'name' string.")
+        arguments = call.get("arguments", {})
+        raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        parsed.append(ToolCall(id=f"{turn_id}-{i}", name=call["name"], arguments=raw))
+    return LLMReply(content=str(data.get("thought") or ""), tool_calls=parsed)
+
+
 class OpenAIChatModel:
-    """Native tool calling through the openai SDK, against any compatible base URL."""
+    """Native tool calling through the openai SDK, against any compatible base URL.
+
+    Retries are ours, not the SDK's, so every attempt can be recorded on the run.
+    """
 
     backend = "openai"
 
-    def __init__(self, *, model: str, base_url: str | None, api_key: str | None, timeout: float):
+    def __init__(self, *, model: str, base_url: str | None, api_key: str | None, timeout: float, tool_mode: str):
         import openai
 
         self.name = model
+        self.tool_mode = tool_mode
         self._openai = openai
         self._client = openai.OpenAI(
-            base_url=base_url or None,
-            api_key=api_key or "not-needed",
-            timeout=timeout,
-            max_retries=3,
+            base_url=base_url or None, api_key=api_key or "not-needed", timeout=timeout, max_retries=0
         )
+        self._calls = 0
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
+        if self.tool_mode == "json":
+            return self._complete_json(messages, tools)
+        try:
+            return self._complete_native(messages, tools)
+        except LLMError as exc:
+            # Servers without tool support refuse the `tools` parameter: fall back for good.
+            if self.tool_mode == "auto" and not exc.retryable and "tool" in str(exc).lower():
+                logger.warning("endpoint refused native tools; switching to JSON replies: %s", exc)
+                self.tool_mode = "json"
+                return self._complete_json(messages, tools)
+            raise
+
+    def _create(self, **kwargs: Any) -> Any:
         openai = self._openai
         try:
-            response = self._client.chat.completions.create(
-                model=self.name, messages=messages, tools=tools or openai.omit
-            )
-        except (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError) as exc:
+            return self._client.chat.completions.create(model=self.name, **kwargs)
+        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
             raise LLMError(f"{type(exc).__name__}: {exc}", retryable=True) from exc
-        except openai.InternalServerError as exc:
-            raise LLMError(f"{type(exc).__name__}: {exc}", retryable=True) from exc
+        except (openai.RateLimitError, openai.InternalServerError) as exc:
+            raise LLMError(f"{type(exc).__name__} ({exc.status_code}): {exc.message}", retryable=True) from exc
+        except openai.APIStatusError as exc:
+            raise LLMError(f"{type(exc).__name__} ({exc.status_code}): {exc.message}") from exc
         except openai.APIError as exc:
             raise LLMError(f"{type(exc).__name__}: {exc}") from exc
+
+    def _complete_native(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
+        response = self._create(messages=messages, tools=tools or self._openai.omit)
         if not response.choices:
             return LLMReply()
         message = response.choices[0].message
         calls = [
-            ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
-            for c in (message.tool_calls or [])
+            ToolCall(id=c.id or f"call-{i}", name=c.function.name or "", arguments=c.function.arguments or "")
+            for i, c in enumerate(message.tool_calls or [])
             if getattr(c, "function", None) is not None
         ]
-        usage = response.usage
-        return LLMReply(
-            content=message.content or "",
-            tool_calls=calls,
-            tokens_in=getattr(usage, "prompt_tokens", 0) or 0,
-            tokens_out=getattr(usage, "completion_tokens", 0) or 0,
-        )
+        return LLMReply(content=message.content or "", tool_calls=calls, **_usage(response))
+
+    def _complete_json(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
+        self._calls += 1
+        response = self._create(messages=_json_mode_messages(messages, tools))
+        text = response.choices[0].message.content or "" if response.choices else ""
+        reply = parse_json_reply(text, turn_id=f"json-{self._calls}")
+        usage = _usage(response)
+        return LLMReply(content=reply.content, tool_calls=reply.tool_calls, malformed=reply.malformed, **usage)
+
+
+def _usage(response: Any) -> dict[str, int]:
+    usage = getattr(response, "usage", None)
+    return {
+        "tokens_in": getattr(usage, "prompt_tokens", 0) or 0,
+        "tokens_out": getattr(usage, "completion_tokens", 0) or 0,
+    }
+
+
+def complete_with_retries(
+    model: ChatModel, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> tuple[LLMReply | None, list[LLMAttempt], LLMError | None]:
+    """Call the model, retrying only transient errors (429, 5xx, timeouts, connection) with
+    exponential backoff and full jitter. Returns the reply, every failed attempt, and the final
+    error when it gave up."""
+    attempts: list[LLMAttempt] = []
+    for number in range(1, settings.LLM_MAX_ATTEMPTS + 1):
+        started, t0 = timezone.now(), time.monotonic()
+        try:
+            return model.complete(messages, tools), attempts, None
+        except LLMError as exc:
+            duration = int((time.monotonic() - t0) * 1000)
+            attempts.append(LLMAttempt(number, started, duration, str(exc), exc.retryable))
+            if not exc.retryable or number == settings.LLM_MAX_ATTEMPTS:
+                return None, attempts, exc
+            time.sleep(random.uniform(0, settings.LLM_BACKOFF_SECONDS * 2 ** (number - 1)))
+    raise AssertionError("unreachable")
 
 
 def use_endpoint() -> bool:
@@ -98,6 +224,7 @@ def get_model() -> ChatModel:
             base_url=settings.OPENAI_BASE_URL,
             api_key=settings.OPENAI_API_KEY,
             timeout=settings.LLM_TIMEOUT_SECONDS,
+            tool_mode=settings.LLM_TOOL_MODE,
         )
     from .offline import OfflineDemoModel
 
@@ -107,5 +234,5 @@ def get_model() -> ChatModel:
 def describe_backend() -> str:
     """How the UI names the model in use; the offline one is never passed off as an LLM."""
     if use_endpoint():
-        return f"{settings.LLM_MODEL} at {settings.OPENAI_BASE_URL or 'api.openai.com'}"
+        return f"{settings.LLM_MODEL} at {settings.OPENAI_BASE_URL or 'the OpenAI API'}"
     return "Offline demo model (rule-based, no LLM)"

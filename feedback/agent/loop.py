@@ -1,30 +1,33 @@
-"""The agent loop the worker runs: perceive, plan, act, observe, until an answer or a limit.
+"""The agent loop the worker runs: perceive, plan, act, observe, reflect, until a final
+answer, a limit, a stop, or a sensitive call that waits for a person.
 
-Every step is written to the database as it happens, and the conversation is rebuilt from
-those rows, so a run can resume from its last recorded step.
+Every step is written as it happens and the conversation is rebuilt from the steps, so a run
+resumes from its last recorded step after its worker is killed or after a confirmation.
 """
 
 import json
 import logging
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
-from itertools import groupby
 from pathlib import Path
-from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from feedback.models import Run, Step, StepAttempt
+from feedback.logging import current_run, current_step
+from feedback.models import Run, Step, Task, ToolConfirmation
 
-from .errors import error_signature
-from .invoker import Outcome, invoke
-from .llm import ChatModel, LLMError, LLMReply, ToolCall, get_model
+from .conversation import conversation
+from .invoker import Outcome, invoke, parse_arguments
+from .llm import ChatModel, LLMAttempt, LLMReply, ToolCall, complete_with_retries, get_model
 from .prompts import build_system_prompt
-from .tools import Tool, ToolContext, enabled_tools
+from .recorder import Heartbeat, LeaseLost, Recorder, new_lease
+from .reflection import reflect
+from .retrieval import select_tools
+from .tools import Tool, ToolContext, ToolError, enabled_tools
 
 logger = logging.getLogger(__name__)
 
@@ -32,11 +35,15 @@ MAX_CONSECUTIVE_MODEL_ERRORS = 3
 
 
 def sandbox_path(run: Run) -> Path:
-    return Path(settings.RUN_SANDBOXES_ROOT) / str(run.pk)
+    # Sub-agents work in the same files as the run that delegated to them.
+    root = run
+    while root.parent_id is not None:
+        root = root.parent
+    return Path(settings.RUN_SANDBOXES_ROOT) / str(root.pk)
 
 
 def prepare_sandbox(run: Run) -> Path:
-    """The run's own copy of its task's workspace (kept on resume)."""
+    """The run's own copy of its task's workspace (kept as it is on resume)."""
     target = sandbox_path(run)
     if target.exists():
         return target
@@ -50,138 +57,65 @@ def prepare_sandbox(run: Run) -> Path:
     return target
 
 
-def _assistant_message(thought: str, calls: list[Step]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": thought or None}
-    if calls:
-        message["tool_calls"] = [
-            {
-                "id": c.tool_call_id,
-                "type": "function",
-                "function": {
-                    "name": c.tool_name,
-                    "arguments": c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments),
-                },
-            }
-            for c in calls
-        ]
-    return message
-
-
-def conversation(run: Run) -> list[dict[str, Any]]:
-    """The messages the model sees, rebuilt from the recorded steps."""
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": run.system_prompt},
-        {"role": "user", "content": run.task.text},
-    ]
-    for _, group in groupby(run.steps.order_by("index"), key=lambda s: s.turn):
-        steps = list(group)
-        thought = "\n".join(s.thought for s in steps if s.kind in (Step.Kind.THOUGHT, Step.Kind.FINAL))
-        calls = [s for s in steps if s.kind == Step.Kind.TOOL_CALL]
-        if thought or calls:
-            messages.append(_assistant_message(thought, calls))
-        for call in calls:
-            messages.append(
-                {"role": "tool", "tool_call_id": call.tool_call_id, "content": observation_of(call)}
-            )
-        for note in steps:
-            if note.kind in (Step.Kind.REFLECTION, Step.Kind.MODEL_ERROR):
-                messages.append({"role": "user", "content": note.thought})
-    return messages
-
-
-def observation_of(step: Step) -> str:
-    if step.success:
-        return json.dumps({"ok": True, "result": step.result}, ensure_ascii=False)
-    return json.dumps({"ok": False, "error": step.error}, ensure_ascii=False)
+class Paused(Exception):
+    """The run waits for a person; its worker slot is released."""
 
 
 class AgentLoop:
-    def __init__(self, run: Run, *, model: ChatModel | None = None, tools: dict[str, Tool] | None = None):
+    def __init__(
+        self,
+        run: Run,
+        *,
+        lease: str,
+        model: ChatModel | None = None,
+        tools: dict[str, Tool] | None = None,
+    ):
         self.run = run
+        self.record = Recorder(run, lease)
+        self.lease = lease
         self.model = model or get_model()
-        self.tools = tools if tools is not None else enabled_tools()
-        self.workspace = prepare_sandbox(run)
-        self.context = ToolContext(run_id=run.pk, workspace=self.workspace)
+        self.all_tools = tools if tools is not None else enabled_tools()
+        self.tools = self.all_tools
+        self.context = ToolContext(run_id=run.pk, workspace=prepare_sandbox(run))
+        self.started = time.monotonic()
 
-    # --- persistence ----------------------------------------------------------------------
-    def _next_index(self) -> int:
-        return Run.objects.values_list("step_count", flat=True).get(pk=self.run.pk)
-
-    def _record(self, **fields: Any) -> Step:
-        with transaction.atomic():
-            index = self._next_index()
-            step = Step.objects.create(run=self.run, index=index, **fields)
-            Run.objects.filter(pk=self.run.pk).update(
-                step_count=F("step_count") + 1,
-                heartbeat_at=timezone.now(),
-                tokens_in=F("tokens_in") + fields.get("tokens_in", 0),
-                tokens_out=F("tokens_out") + fields.get("tokens_out", 0),
-            )
-        return step
-
-    def _record_tool_call(self, turn: int, call: ToolCall, outcome: Outcome) -> Step:
-        with transaction.atomic():
-            step = self._record(
-                turn=turn,
-                kind=Step.Kind.TOOL_CALL,
-                tool_name=call.name[:100],
-                tool_call_id=call.id[:100],
-                arguments=outcome.arguments,
-                result=outcome.result if outcome.ok else None,
-                error=outcome.error,
-                error_class=outcome.error_class,
-                error_signature=""
-                if outcome.ok
-                else error_signature(call.name, outcome.error_class, outcome.error),
-                success=outcome.ok,
-                started_at=outcome.started_at,
-                finished_at=outcome.finished_at,
-                duration_ms=int((outcome.finished_at - outcome.started_at).total_seconds() * 1000),
-                attempts=max(1, len(outcome.attempts)),
-            )
-            StepAttempt.objects.bulk_create(
-                StepAttempt(
-                    step=step,
-                    number=a.number,
-                    started_at=a.started_at,
-                    duration_ms=a.duration_ms,
-                    error=a.error,
-                    error_class=a.error_class,
-                    retryable=a.retryable,
-                )
-                for a in outcome.attempts
-            )
-        return step
-
-    def _finish(self, status: str, *, output: str = "", error: str = "") -> None:
-        Run.objects.filter(pk=self.run.pk).update(
-            status=status, final_output=output, error=error, finished_at=timezone.now()
-        )
-        self.run.refresh_from_db()
-        logger.info("run %s finished: %s %s", self.run.pk, status, error)
-
-    # --- the loop -------------------------------------------------------------------------
-    def _prepare_prompt(self) -> None:
+    # --- set-up ---------------------------------------------------------------------------
+    def _prepare(self) -> None:
         if self.run.system_prompt:
-            return  # resumed: keep the exact prompt the run started with
-        self.run.system_prompt = build_system_prompt()
-        self.run.llm_backend = self.model.backend
-        self.run.model_name = self.model.name
-        self.run.tools_offered = sorted(self.tools)
-        self.run.save(update_fields=["system_prompt", "llm_backend", "model_name", "tools_offered"])
+            # Resumed: keep the exact prompt and tools the run started with.
+            offered = set(self.run.tools_offered)
+            self.tools = {n: t for n, t in self.all_tools.items() if n in offered}
+            return
+        self.tools, method = select_tools(self.run.task.text, self.all_tools)
+        self.record.update_run(
+            system_prompt=build_system_prompt(),
+            llm_backend=self.model.backend,
+            model_name=self.model.name,
+            tools_offered=sorted(self.tools),
+            tool_selection=method,
+        )
 
     def _limit_reached(self) -> str:
-        run = Run.objects.only("step_count", "cancel_requested", "started_at").get(pk=self.run.pk)
+        run = Run.objects.only("step_count", "cancel_requested").get(pk=self.run.pk)
         if run.cancel_requested:
             return "cancelled"
         if run.step_count >= settings.AGENT_MAX_STEPS:
             return f"Step limit reached ({settings.AGENT_MAX_STEPS} steps) without a final answer."
-        if run.started_at and timezone.now() - run.started_at > timedelta(seconds=settings.AGENT_MAX_SECONDS):
+        if time.monotonic() - self.started > settings.AGENT_MAX_SECONDS:
             return f"Time limit reached ({settings.AGENT_MAX_SECONDS} s) without a final answer."
         return ""
 
+    def _finish(self, status: str, *, output: str = "", error: str = "") -> None:
+        plan = Run.objects.values_list("plan", flat=True).get(pk=self.run.pk) or []
+        if status == Run.Status.SUCCEEDED:
+            plan = [{**i, "status": "completed"} if i.get("status") == "in_progress" else i for i in plan]
+        self.record.update_run(status=status, final_output=output, error=error, finished_at=timezone.now(), plan=plan)
+        logger.info("run finished: %s %s", status, error)
+
+    # --- the loop -------------------------------------------------------------------------
     def execute(self) -> None:
-        self._prepare_prompt()
+        self._prepare()
+        self._resume_confirmed_calls()
         specs = [t.spec() for t in self.tools.values()]
         turn = self.run.steps.order_by("-index").values_list("turn", flat=True).first() or 0
         model_errors = 0
@@ -192,83 +126,216 @@ class AgentLoop:
             if limit:
                 return self._finish(Run.Status.FAILED, error=limit)
             turn += 1
-            try:
-                reply = self.model.complete(conversation(self.run), specs)
-            except LLMError as exc:
-                self._record(
-                    turn=turn,
-                    kind=Step.Kind.MODEL_ERROR,
-                    thought=f"The model call failed: {exc}",
-                    error=str(exc),
-                    error_class="LLMError",
-                    success=False,
+            current_step.set(None)
+            reply, attempts, error = complete_with_retries(self.model, conversation(self.run), specs)
+            if error is not None:
+                self.record.step(
+                    tries=attempts, turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
+                    error=str(error), error_class="LLMError",
+                    thought=f"The model call failed after {len(attempts)} attempt(s): {error}",
+                )  # fmt: skip
+                return self._finish(
+                    Run.Status.FAILED,
+                    error=f"The model could not be reached after {len(attempts)} attempt(s): {error}",
                 )
-                return self._finish(Run.Status.FAILED, error=f"The model could not be reached: {exc}")
-            if not reply.tool_calls and not reply.content.strip():
+            if reply.malformed or (not reply.tool_calls and not reply.content.strip()):
                 model_errors += 1
-                self._record(
-                    turn=turn,
-                    kind=Step.Kind.MODEL_ERROR,
-                    success=False,
-                    error="Empty reply",
-                    error_class="EmptyReply",
-                    tokens_in=reply.tokens_in,
-                    tokens_out=reply.tokens_out,
-                    thought="Your last reply was empty. Call a tool, or give the final answer.",
-                )
+                problem = reply.malformed or "Your last reply was empty."
+                self.record.step(
+                    tries=_with_success(attempts), turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
+                    error=problem, error_class="MalformedReply" if reply.malformed else "EmptyReply",
+                    thought=f"{problem} Call a tool, or give the final answer.",
+                    result={"raw": reply.content[:2000]} if reply.content else None,
+                    tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
+                )  # fmt: skip
                 if model_errors >= MAX_CONSECUTIVE_MODEL_ERRORS:
-                    return self._finish(Run.Status.FAILED, error="The model kept replying with nothing.")
+                    return self._finish(
+                        Run.Status.FAILED, error=f"The model gave {model_errors} unusable replies in a row."
+                    )
                 continue
             model_errors = 0
             if not reply.tool_calls:
-                self._record(
-                    turn=turn,
-                    kind=Step.Kind.FINAL,
-                    thought=reply.content,
-                    success=True,
-                    tokens_in=reply.tokens_in,
-                    tokens_out=reply.tokens_out,
-                )
+                self.record.step(
+                    tries=_with_success(attempts), turn=turn, kind=Step.Kind.FINAL, thought=reply.content,
+                    success=True, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
+                )  # fmt: skip
                 return self._finish(Run.Status.SUCCEEDED, output=reply.content)
-            self._act(turn, reply)
+            failed = self._act(turn, reply, attempts)
+            reflection = reflect(self.run, failed)
+            if reflection is not None:
+                self.record.step(turn=turn, kind=Step.Kind.REFLECTION, thought=reflection.text)
+                self._mark_plan_failed()
+                if reflection.give_up:
+                    return self._finish(Run.Status.FAILED, error=reflection.give_up)
 
-    def _act(self, turn: int, reply: LLMReply) -> None:
-        if reply.content.strip():
-            self._record(
-                turn=turn,
-                kind=Step.Kind.THOUGHT,
-                thought=reply.content,
-                tokens_in=reply.tokens_in,
-                tokens_out=reply.tokens_out,
+    def _act(self, turn: int, reply: LLMReply, llm_attempts: list) -> list[Step]:
+        if reply.content.strip() or llm_attempts:
+            self.record.step(
+                tries=_with_success(llm_attempts), turn=turn, kind=Step.Kind.THOUGHT, thought=reply.content,
+                tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
+            )  # fmt: skip
+        waiting = [c for c in reply.tool_calls if self._needs_confirmation(c)]
+        engine = [c for c in reply.tool_calls if c not in waiting and self._is_engine(c)]
+        pooled = [c for c in reply.tool_calls if c not in waiting and c not in engine]
+        outcomes: dict[str, Outcome] = {}
+        if pooled:
+            # Several calls in one reply run concurrently; their steps are written in call order.
+            with ThreadPoolExecutor(max_workers=min(8, len(pooled))) as pool:
+                for call, outcome in zip(
+                    pooled,
+                    pool.map(lambda c: invoke(c.name, c.arguments, self.context, self.tools), pooled),
+                    strict=True,
+                ):
+                    outcomes[call.id] = outcome
+        steps = []
+        for call in reply.tool_calls:
+            if call in waiting:
+                continue
+            if call in engine:
+                steps.append(self._engine_call(turn, call))
+            else:
+                steps.append(self.record.tool_call(turn, call, outcomes[call.id]))
+        if waiting:
+            self._ask_for_confirmation(turn, waiting)
+        return [s for s in steps if s.success is False]
+
+    # --- plan and sub-agents ----------------------------------------------------------------
+    def _is_engine(self, call: ToolCall) -> bool:
+        tool = self.tools.get(call.name)
+        return tool is not None and tool.engine
+
+    def _engine_call(self, turn: int, call: ToolCall) -> Step:
+        outcome = invoke(call.name, call.arguments, self.context, self.tools)
+        if outcome.ok and call.name == "update_plan":
+            self.record.update_run(plan=outcome.result["steps"])
+        child = None
+        if outcome.ok and call.name == "delegate":
+            child, outcome = self._delegate(call, outcome)
+        step = self.record.tool_call(turn, call, outcome)
+        if child is not None:
+            Run.objects.filter(pk=child.pk).update(parent_step=step)
+        return step
+
+    def _delegate(self, call: ToolCall, outcome: Outcome) -> tuple[Run | None, Outcome]:
+        depth, ancestor = 0, self.run
+        while ancestor.parent_id is not None:
+            depth, ancestor = depth + 1, ancestor.parent
+        if depth >= settings.SUBAGENT_MAX_DEPTH:
+            outcome.ok, outcome.result = False, None
+            outcome.error = f"Sub-agents may not delegate further (depth limit {settings.SUBAGENT_MAX_DEPTH})."
+            outcome.error_class = "ToolError"
+            return None, outcome
+        task = Task.objects.create(
+            text=outcome.result["task"],
+            kind=outcome.result["kind"],
+            workspace=self.run.task.workspace,
+            created_by=self.run.task.created_by,
+        )
+        child = Run.objects.create(task=task, task_kind=task.kind, parent=self.run)
+        execute_run(child.pk)
+        child.refresh_from_db()
+        outcome.finished_at = timezone.now()
+        outcome.result = {"run_id": child.pk, "status": child.status, "answer": child.final_output}
+        outcome.ok = child.status == Run.Status.SUCCEEDED
+        if not outcome.ok:
+            outcome.error = f"The sub-agent (run #{child.pk}) ended {child.status}: {child.error}"
+            outcome.error_class = "SubAgentFailed"
+        current_run.set(self.run.pk)
+        return child, outcome
+
+    def _mark_plan_failed(self) -> None:
+        plan = Run.objects.values_list("plan", flat=True).get(pk=self.run.pk) or []
+        for item in plan:
+            if item.get("status") == "in_progress":
+                item["status"] = "failed"
+                self.record.update_run(plan=plan)
+                return
+
+    # --- confirmations of sensitive calls ---------------------------------------------------
+    def _needs_confirmation(self, call: ToolCall) -> bool:
+        tool = self.tools.get(call.name)
+        if tool is None or not tool.sensitive:
+            return False
+        try:
+            parse_arguments(call.arguments, tool)
+        except ToolError:
+            return False  # an invalid call is refused as such; no person needs to see it
+        return True
+
+    def _ask_for_confirmation(self, turn: int, calls: list[ToolCall]) -> None:
+        for call in calls:
+            ToolConfirmation.objects.get_or_create(
+                run=self.run,
+                tool_call_id=call.id[:100],
+                defaults={
+                    "turn": turn,
+                    "tool_name": call.name,
+                    "arguments": parse_arguments(call.arguments, self.tools[call.name]),
+                },
             )
-        available = list(self.tools)
-        calls = reply.tool_calls
-        # Several calls in one reply run concurrently; their steps are written in call order.
-        with ThreadPoolExecutor(max_workers=min(8, len(calls))) as pool:
-            outcomes = list(
-                pool.map(
-                    lambda c: invoke(self.tools.get(c.name), c.name, c.arguments, self.context, available),
-                    calls,
+        self.record.update_run(status=Run.Status.AWAITING_CONFIRMATION, worker="")
+        logger.info("run waits for confirmation of %s", ", ".join(c.name for c in calls))
+        raise Paused
+
+    def _resume_confirmed_calls(self) -> None:
+        recorded = set(self.run.steps.values_list("tool_call_id", flat=True))
+        decided = self.run.confirmations.exclude(status=ToolConfirmation.Status.PENDING).exclude(
+            tool_call_id__in=recorded
+        )
+        for confirmation in decided.order_by("requested_at", "pk"):
+            call = ToolCall(confirmation.tool_call_id, confirmation.tool_name, json.dumps(confirmation.arguments))
+            if confirmation.status == ToolConfirmation.Status.APPROVED:
+                outcome = invoke(call.name, call.arguments, self.context, self.tools)
+            else:
+                outcome = Outcome(arguments=confirmation.arguments, finished_at=timezone.now())
+                who = confirmation.decided_by.get_username() if confirmation.decided_by else "a reviewer"
+                outcome.error = f"{who} refused this call" + (
+                    f": {confirmation.reason}" if confirmation.reason else "."
                 )
-            )
-        for call, outcome in zip(calls, outcomes, strict=True):
-            self._record_tool_call(turn, call, outcome)
+                outcome.error_class = "Refused"
+            self.record.tool_call(confirmation.turn, call, outcome)
 
 
-def execute_run(run_id: int) -> None:
-    """Claim a queued run and drive it to the end. Returns quietly if another worker has it."""
-    claimed = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).update(
-        status=Run.Status.RUNNING, started_at=timezone.now(), heartbeat_at=timezone.now()
+def _with_success(failed_attempts: list) -> list:
+    """The model call's failed attempts plus the one that succeeded, for the record."""
+    if not failed_attempts:
+        return []
+    last = failed_attempts[-1]
+    return [*failed_attempts, LLMAttempt(last.number + 1, timezone.now(), 0, "", False)]
+
+
+def execute_run(run_id: int, *, model: ChatModel | None = None) -> None:
+    """Claim a queued run and drive it until it ends or waits. Returns quietly if another
+    worker has it: only a conditional update from "queued" claims a run."""
+    lease = new_lease()
+    now = timezone.now()
+    claimed = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, cancel_requested=False).update(
+        status=Run.Status.RUNNING, worker=lease, heartbeat_at=now, started_at=Coalesce(F("started_at"), now)
     )
     if claimed != 1:
+        Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, cancel_requested=True).update(
+            status=Run.Status.CANCELLED, finished_at=now, error="Cancelled by a user."
+        )
         return
-    run = Run.objects.select_related("task", "task__workspace").get(pk=run_id)
+    parent_run = current_run.get()
+    current_run.set(run_id)
+    run = Run.objects.select_related("task", "task__workspace", "parent").get(pk=run_id)
+    heartbeat = Heartbeat(run_id, lease)
+    heartbeat.start()
     try:
-        AgentLoop(run).execute()
+        AgentLoop(run, lease=lease, model=model).execute()
+    except Paused:
+        pass
+    except LeaseLost:
+        logger.warning("lost the lease of run %s to another worker; stopping", run_id)
     except Exception as exc:
-        logger.exception("run %s crashed", run_id)
-        Run.objects.filter(pk=run_id, status=Run.Status.RUNNING).update(
+        logger.exception("run crashed")
+        Run.objects.filter(pk=run_id, worker=lease, status=Run.Status.RUNNING).update(
             status=Run.Status.FAILED,
             error=f"Internal error: {type(exc).__name__}: {exc}",
             finished_at=timezone.now(),
         )
+    finally:
+        heartbeat.stop()
+        current_run.set(parent_run)
+        current_step.set(None)

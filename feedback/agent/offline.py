@@ -32,6 +32,11 @@ _LABELS = {
 }
 _URGENT = ("urgent", "asap", "immediately", "outage", "critical", "down", "today", "cannot")
 MAX_PARALLEL_READS = 8
+_PLANS = {
+    "triage": ["List the inbox", "Read every email", "Label each email and flag the urgent ones"],
+    "file": ["Read the file", "Analyse the text", "Write the summary"],
+    "arithmetic": ["Compute the expression with the calculator", "Report the result"],
+}
 
 
 @dataclass(frozen=True)
@@ -91,14 +96,40 @@ class OfflineDemoModel:
         task = next((m["content"] for m in messages if m.get("role") == "user"), "")
         seen = _observations(messages)
         turn = sum(1 for m in messages if m.get("role") == "assistant")
+        family, reply = self._decide(task, seen, turn)
+        can_plan = any(t["function"]["name"] == "update_plan" for t in tools)
+        if can_plan and reply.tool_calls and family:
+            plan = self._plan(family, seen, turn)
+            if plan:
+                calls = [_call(turn * 100 + 99, "update_plan", steps=plan), *reply.tool_calls]
+                return LLMReply(content=reply.content, tool_calls=calls)
+        return reply
+
+    @staticmethod
+    def _plan(family: str, seen: list[Observation], turn: int) -> list[dict[str, str]] | None:
+        """A plan on the first turn; a new one after a failed step (re-planning)."""
+        work = [o for o in seen if o.tool != "update_plan"]
+        if turn == 0:
+            titles = _PLANS[family]
+            return [{"title": t, "status": "in_progress" if i == 0 else "pending"} for i, t in enumerate(titles)]
+        if work and not work[-1].ok:
+            failed = f"{work[-1].tool} {work[-1].arguments.get('path', '')}".strip()
+            return [
+                {"title": failed, "status": "failed"},
+                {"title": "Look around the workspace for another way", "status": "in_progress"},
+                {"title": _PLANS[family][-1], "status": "pending"},
+            ]
+        return None
+
+    def _decide(self, task: str, seen: list[Observation], turn: int) -> tuple[str, LLMReply]:
         if _EMAIL_TASK.search(task):
-            return self._triage(task, seen, turn)
+            return "triage", self._triage(task, seen, turn)
         if _FILE_NAME.search(task) or re.search(r"\b(summari[sz]e|word count|count)\b", task, re.I):
-            return self._file_analysis(task, seen, turn)
+            return "file", self._file_analysis(task, seen, turn)
         expression = self._expression(task)
         if expression:
-            return self._arithmetic(expression, seen, turn)
-        return LLMReply(
+            return "arithmetic", self._arithmetic(expression, seen, turn)
+        return "", LLMReply(
             content="The offline demo model only handles support-email triage, file analysis "
             "and arithmetic tasks. Configure an LLM endpoint for anything else."
         )
@@ -173,9 +204,7 @@ class OfflineDemoModel:
                 )
             base = path.rsplit("/", 1)[-1]
             listing = listings[-1]
-            candidates = [
-                e["name"] for e in listing.result["entries"] if e["type"] == "file" and e["name"] == base
-            ]
+            candidates = [e["name"] for e in listing.result["entries"] if e["type"] == "file" and e["name"] == base]
             tried = {o.arguments.get("path") for o in reads}
             prefix = listing.arguments.get("path", ".").strip("./")
             options = [f"{prefix}/{c}" if prefix else c for c in candidates]

@@ -1,8 +1,8 @@
 BASE_SYSTEM_PROMPT = """You are an agent that completes tasks by calling tools.
 Work inside the task's workspace; paths are relative to its root.
-Think step by step: plan, call the tools you need, read their results, and correct course
-when a tool reports an error. When you are done, reply with the final answer only, without
-calling a tool."""
+First record a short plan with update_plan, and keep it current as steps complete or fail.
+Call the tools you need, read their results, and correct course when a tool reports an error.
+When you are done, reply with the final answer only, without calling a tool."""
 
 
 def build_system_prompt(guidance: list[str] | None = None) -> str:

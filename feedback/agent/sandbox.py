@@ -33,9 +33,7 @@ def resolve(workspace: Path, path: str) -> Path:
     root = Path(workspace).resolve()
     for form in _decoded_forms(path.strip()):
         if form.startswith(("/", "~")) or (len(form) > 1 and form[1] == ":"):
-            raise SandboxError(
-                f"Absolute paths are not allowed: {path!r}. Use a path relative to the workspace."
-            )
+            raise SandboxError(f"Absolute paths are not allowed: {path!r}. Use a path relative to the workspace.")
         if ".." in Path(form).parts:
             raise SandboxError(f"The path {path!r} tries to leave the workspace ('..' is not allowed).")
         candidate = (root / form).resolve()

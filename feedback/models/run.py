@@ -21,13 +21,9 @@ class Run(models.Model):
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="runs")
     # Denormalised from the task so the list and trend queries need no join.
     task_kind = models.CharField(max_length=32, choices=Task.Kind.choices)
-    parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
-    )
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
     # Set when a person asked for this run again: the original then counts as an intervention.
-    retry_of = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
-    )
+    retry_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries")
     parent_step = models.ForeignKey(
         "feedback.Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="child_runs"
     )
@@ -36,6 +32,7 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # The lease of the worker executing the run; a step is written only under a valid lease.
     worker = models.CharField(max_length=200, blank=True)
     cancel_requested = models.BooleanField(default=False)
 
@@ -44,6 +41,8 @@ class Run(models.Model):
     system_prompt = models.TextField(blank=True)
     plan = models.JSONField(default=list, blank=True)
     tools_offered = models.JSONField(default=list, blank=True)
+    # "all", "lexical" or "embeddings": how tools_offered was chosen.
+    tool_selection = models.CharField(max_length=16, blank=True)
 
     final_output = models.TextField(blank=True)
     error = models.TextField(blank=True)
@@ -95,9 +94,7 @@ class AppliedStrategy(models.Model):
     arm = models.CharField(max_length=16, choices=Arm.choices)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["run", "strategy_version"], name="applied_once_per_run")
-        ]
+        constraints = [models.UniqueConstraint(fields=["run", "strategy_version"], name="applied_once_per_run")]
 
     def __str__(self) -> str:
         return f"{self.run} {self.strategy_version} ({self.arm})"

@@ -34,6 +34,9 @@ class Step(models.Model):
     error_signature = models.CharField(max_length=40, blank=True)
     success = models.BooleanField(null=True)
     cached = models.BooleanField(default=False)
+    # Degraded answers while a tool's breaker was open: "stale cache" or the fallback tool.
+    stale = models.BooleanField(default=False)
+    served_by = models.CharField(max_length=100, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)

@@ -121,9 +121,7 @@ class StrategyEvent(models.Model):
         AUTO_ROLL_BACK = "auto_roll_back", _("Rolled back automatically")
 
     strategy = models.ForeignKey(Strategy, on_delete=models.PROTECT, related_name="events")
-    version = models.ForeignKey(
-        StrategyVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="events"
-    )
+    version = models.ForeignKey(StrategyVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="events")
     action = models.CharField(max_length=16, choices=Action.choices)
     from_status = models.CharField(max_length=16, blank=True)
     to_status = models.CharField(max_length=16, blank=True)

@@ -47,9 +47,7 @@ class Task(models.Model):
     workspace = models.ForeignKey(
         Workspace, verbose_name=_("workspace"), null=True, blank=True, on_delete=models.SET_NULL
     )
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="tasks"
-    )
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="tasks")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -41,9 +41,7 @@ class ToolConfirmation(models.Model):
     reason = models.TextField(blank=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["run", "tool_call_id"], name="confirmation_once_per_call")
-        ]
+        constraints = [models.UniqueConstraint(fields=["run", "tool_call_id"], name="confirmation_once_per_call")]
         indexes = [models.Index(fields=["status", "requested_at"], name="confirmation_pending")]
 
     def __str__(self) -> str:

@@ -51,7 +51,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     context = {
         "run": run,
         "steps": selectors.run_steps(run),
-        "children": run.children.order_by("id"),
+        "children": run.children.select_related("task").order_by("id"),
+        "confirmations": run.confirmations.select_related("decided_by").order_by("requested_at"),
         "can_control": services.run_can_control(run=run, user=request.user),
     }
     return render(request, template, context)

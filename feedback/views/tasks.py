@@ -17,6 +17,4 @@ def task_submit(request: HttpRequest) -> HttpResponse:
         messages.success(request, _("Task submitted: run #%(id)s is queued.") % {"id": run.pk})
         return redirect("feedback-run-detail", run_id=run.pk)
     status = 400 if form.errors else 200
-    return render(
-        request, "feedback/task_submit.html", {"form": form, "backend": describe_backend()}, status=status
-    )
+    return render(request, "feedback/task_submit.html", {"form": form, "backend": describe_backend()}, status=status)

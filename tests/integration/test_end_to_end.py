@@ -32,7 +32,7 @@ def test_a_submitted_task_runs_on_a_real_worker(client, celery_worker_process):
     assert run.started_at and run.finished_at and run.started_at <= run.finished_at
     steps = list(run.steps.order_by("index"))
     assert [s.index for s in steps] == list(range(run.step_count))
-    assert [s.tool_name for s in steps if s.kind == Step.Kind.TOOL_CALL][:1] == ["list_directory"]
+    assert [s.tool_name for s in steps if s.kind == Step.Kind.TOOL_CALL][:2] == ["update_plan", "list_directory"]
     assert sum(s.tool_name == "read_text_file" for s in steps) == 6
     assert run.final_output.startswith("Triaged 6 email(s); 3 urgent.")
 
@@ -50,6 +50,11 @@ def test_each_queued_run_is_executed_once(client, celery_worker_process):
     runs = [wait_for_run(r.pk) for r in Run.objects.order_by("pk")]
     assert [r.status for r in runs] == [Run.Status.SUCCEEDED] * 10
     assert sorted(r.final_output for r in runs) == sorted(f"{i} + 100 = {i + 100}" for i in range(10))
-    # A plan with one call, then the answer: exactly these three steps each, never duplicated.
+    # A plan and one call, then the answer: exactly these steps each, never duplicated.
     for run in runs:
-        assert list(run.steps.values_list("kind", flat=True)) == ["thought", "tool_call", "final"]
+        assert list(run.steps.values_list("kind", "tool_name")) == [
+            ("thought", ""),
+            ("tool_call", "update_plan"),
+            ("tool_call", "calculator"),
+            ("final", ""),
+        ]

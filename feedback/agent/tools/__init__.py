@@ -1,17 +1,30 @@
 """The tool registry: every tool the agent may call, with its JSON Schema and policy.
 
-Operators enable or disable tools in the admin (ToolSetting); the registry reads those
-settings at each run, so no restart is needed.
+Operators enable or disable tools and override timeouts in the admin (ToolSetting); the
+registry reads those settings at each run, so no restart is needed.
 """
+
+from dataclasses import replace
 
 from .base import Tool, ToolContext, ToolError
 from .calculator import CALCULATOR, calculator
+from .engine import DELEGATE, UPDATE_PLAN, delegate, update_plan
 from .files import LIST_DIRECTORY, READ_TEXT_FILE, list_directory, read_text_file
+from .http import HTTP_GET, http_get
+from .outbox import SEND_REPLY, send_reply
 from .text import ANALYZE_TEXT, analyze_text
 
 BUILTIN_TOOLS: dict[str, Tool] = {
     t.name: t
     for t in [
+        Tool(
+            name="update_plan",
+            description="Record your plan as a list of steps with their status "
+            "(pending, in_progress, completed, failed). Call it first, and again whenever the plan changes.",
+            parameters=UPDATE_PLAN,
+            func=update_plan,
+            engine=True,
+        ),
         Tool(
             name="list_directory",
             description="List the files and folders of a directory in the run's workspace.",
@@ -40,16 +53,51 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             parameters=CALCULATOR,
             func=calculator,
             timeout=2.0,
+            cache_ttl=3600,
+        ),
+        Tool(
+            name="http_get",
+            description="Fetch a web page or API response from an allow-listed host.",
+            parameters=HTTP_GET,
+            func=http_get,
+            timeout=15.0,
+            cache_ttl=60,
+        ),
+        Tool(
+            name="send_reply",
+            description="Send an email reply to a customer. A person must confirm each call.",
+            parameters=SEND_REPLY,
+            func=send_reply,
+            idempotent=False,
+            sensitive=True,
+        ),
+        Tool(
+            name="delegate",
+            description="Hand a self-contained sub-task to a sub-agent and get its final answer.",
+            parameters=DELEGATE,
+            func=delegate,
+            idempotent=False,
+            timeout=300.0,
+            engine=True,
         ),
     ]
 }
 
 
 def enabled_tools() -> dict[str, Tool]:
+    """The registry as operators configured it right now (enabled flag, timeout override)."""
     from feedback.models import ToolSetting
 
-    disabled = set(ToolSetting.objects.filter(enabled=False).values_list("name", flat=True))
-    return {name: tool for name, tool in BUILTIN_TOOLS.items() if name not in disabled}
+    overrides = {s.name: s for s in ToolSetting.objects.all()}
+    tools = {}
+    for name, tool in BUILTIN_TOOLS.items():
+        setting = overrides.get(name)
+        if setting is not None and not setting.enabled:
+            continue
+        if setting is not None and setting.timeout_seconds:
+            tool = replace(tool, timeout=setting.timeout_seconds)
+        tools[name] = tool
+    return tools
 
 
 __all__ = ["BUILTIN_TOOLS", "Tool", "ToolContext", "ToolError", "enabled_tools"]

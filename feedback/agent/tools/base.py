@@ -27,8 +27,14 @@ class Tool:
     idempotent: bool = True
     sensitive: bool = False
     timeout: float = 10.0
+    # Seconds an idempotent tool's result is reused for the same arguments (0: never).
+    cache_ttl: int = 0
+    # A tool to call instead while this one's circuit breaker is open.
     fallback: str = ""
-    tags: tuple[str, ...] = field(default=())
+    # Layer-1 rules its results must pass (see feedback.evaluation.validation).
+    result_rules: tuple[dict[str, Any], ...] = field(default=())
+    # Handled by the engine itself rather than run in the tool pool (plan, sub-agents).
+    engine: bool = False
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI function-calling description of this tool."""

@@ -1,0 +1,65 @@
+"""The messages the model sees, rebuilt from the recorded steps (so a run can resume)."""
+
+import json
+from itertools import groupby
+from typing import Any
+
+from feedback.models import Run, Step
+
+
+def observation_of(step: Step) -> str:
+    if step.success:
+        payload: dict[str, Any] = {"ok": True, "result": step.result}
+        if step.stale:
+            payload["note"] = "The tool is unavailable; this is its last known result and may be stale."
+        return json.dumps(payload, ensure_ascii=False)
+    return json.dumps({"ok": False, "error": step.error}, ensure_ascii=False)
+
+
+def _assistant_message(thought: str, calls: list[Step]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": thought or None}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c.tool_call_id,
+                "type": "function",
+                "function": {
+                    "name": c.tool_name,
+                    "arguments": c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments),
+                },
+            }
+            for c in calls
+        ]
+    return message
+
+
+def conversation(run: Run) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": run.system_prompt},
+        {"role": "user", "content": run.task.text},
+    ]
+    steps = run.steps.order_by("index").only(
+        "turn",
+        "kind",
+        "thought",
+        "tool_name",
+        "tool_call_id",
+        "arguments",
+        "result",
+        "error",
+        "success",
+        "stale",
+    )
+    for _, group in groupby(steps, key=lambda s: s.turn):
+        turn = list(group)
+        thought = "\n".join(s.thought for s in turn if s.kind in (Step.Kind.THOUGHT, Step.Kind.FINAL))
+        calls = [s for s in turn if s.kind == Step.Kind.TOOL_CALL]
+        if thought or calls:
+            messages.append(_assistant_message(thought, calls))
+        messages.extend({"role": "tool", "tool_call_id": c.tool_call_id, "content": observation_of(c)} for c in calls)
+        messages.extend(
+            {"role": "user", "content": s.thought}
+            for s in turn
+            if s.kind in (Step.Kind.REFLECTION, Step.Kind.MODEL_ERROR) and s.thought
+        )
+    return messages

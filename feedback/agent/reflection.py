@@ -1,0 +1,79 @@
+"""The reflector: after a failed step it writes an analysis the model reads next turn, and it
+detects loops (the same call failing the same way again).
+
+Rule-based on purpose: it runs after every failure, costs nothing, and behaves the same with
+every model, so what it teaches can be measured.
+"""
+
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from feedback.models import Run, Step
+
+_HINTS = [
+    ("InvalidToolCall", "Unknown tool", "Use only the tools listed, with exactly their names."),
+    ("InvalidToolCall", "", "Check the arguments against the tool's JSON Schema before calling it again."),
+    ("ToolError", "No such file", "List the directory (and its sub-folders) to find the exact path first."),
+    ("ToolError", "No such directory", "List the workspace root to see which folders exist."),
+    ("ToolError", "leave the workspace", "Use paths relative to the workspace root, without '..'."),
+    ("ToolError", "Absolute paths", "Use paths relative to the workspace root."),
+    ("ToolTimeout", "", "The tool timed out; ask for less, or use another tool."),
+    ("CircuitOpen", "", "The tool is unavailable for now; continue without it."),
+    ("Refused", "", "A person refused this action; do not try it again, finish without it."),
+]
+
+
+@dataclass(frozen=True)
+class Reflection:
+    text: str
+    give_up: str = ""  # set when the run should end instead of trying again
+
+
+def _hint(step: Step) -> str:
+    for error_class, needle, hint in _HINTS:
+        if step.error_class == error_class and needle in step.error:
+            return hint
+    return "Think about why it failed before trying again."
+
+
+def reflect(run: Run, failed: list[Step]) -> Reflection | None:
+    """Analyse this turn's failed tool calls in the light of the run's earlier ones."""
+    if not failed:
+        return None
+    lines, worst = [], 0
+    for step in failed:
+        same = (
+            Step.objects.filter(
+                run=run,
+                kind=Step.Kind.TOOL_CALL,
+                success=False,
+                error_signature=step.error_signature,
+                tool_name=step.tool_name,
+            )
+            .filter(index__lte=step.index)
+            .values_list("arguments", flat=True)
+        )
+        repeats = sum(1 for args in same if args == step.arguments)
+        worst = max(worst, repeats)
+        line = f"- {step.tool_name}({_short(step.arguments)}) failed: {step.error} {_hint(step)}"
+        if repeats > 1:
+            line += (
+                f" This exact call has now failed {repeats} times: do not repeat it;"
+                " change the arguments or the approach."
+            )
+        lines.append(line)
+    if worst >= settings.AGENT_MAX_IDENTICAL_FAILURES:
+        return Reflection(
+            text="\n".join(lines),
+            give_up=f"Stopped: the same call failed the same way {worst} times "
+            f"({failed[0].tool_name}: {failed[0].error})",
+        )
+    text = "Reflection on the last step:\n" + "\n".join(lines)
+    text += "\nRe-plan: mark the failed plan step as failed with update_plan and choose another way."
+    return Reflection(text=text)
+
+
+def _short(arguments: object) -> str:
+    text = arguments if isinstance(arguments, str) else ", ".join(f"{k}={v!r}" for k, v in (arguments or {}).items())
+    return text if len(text) <= 120 else text[:117] + "..."
