@@ -1,0 +1,154 @@
+"""The agent on the real openai SDK against a local OpenAI-compatible server."""
+
+import pytest
+
+from feedback.agent.loop import execute_run
+from feedback.models import Run, Step, Task
+
+from .factories import make_run
+from .fake_openai import FakeOpenAI, call, completion, error
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def endpoint(settings):
+    with FakeOpenAI() as server:
+        settings.LLM_BACKEND = "openai"
+        settings.OPENAI_BASE_URL = server.base_url
+        settings.OPENAI_API_KEY = "test-key"
+        settings.LLM_MODEL = "test-model"
+        settings.LLM_BACKOFF_SECONDS = 0.01
+        settings.LLM_MAX_ATTEMPTS = 3
+        settings.LLM_TIMEOUT_SECONDS = 5
+        yield server
+
+
+def run_task(text="What is 2 + 2?", kind=Task.Kind.ARITHMETIC, **kwargs) -> Run:
+    run = make_run(text=text, kind=kind, **kwargs)
+    execute_run(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def test_tool_calls_through_the_real_sdk(endpoint):
+    endpoint.script = [
+        completion("Let me compute.", [call("calculator", {"expression": "2 + 2"})], usage=(50, 9)),
+        completion("2 + 2 = 4", usage=(80, 6)),
+    ]
+    run = run_task()
+    assert run.status == Run.Status.SUCCEEDED and run.final_output == "2 + 2 = 4"
+    assert run.llm_backend == "openai" and run.model_name == "test-model"
+    steps = list(run.steps.values_list("kind", "tool_name", "tokens_in", "tokens_out"))
+    assert steps == [("thought", "", 50, 9), ("tool_call", "calculator", 0, 0), ("final", "", 80, 6)]
+    assert (run.tokens_in, run.tokens_out) == (130, 15)
+    first = endpoint.requests[0]
+    assert first["model"] == "test-model"
+    assert {t["function"]["name"] for t in first["tools"]} >= {"calculator", "read_text_file", "update_plan"}
+    assert first["messages"][0]["role"] == "system" and first["messages"][1]["content"] == "What is 2 + 2?"
+    tool_reply = endpoint.requests[1]["messages"][-1]
+    assert tool_reply["role"] == "tool" and '"value": 4' in tool_reply["content"]
+
+
+def test_parallel_tool_calls_run_concurrently(endpoint, settings):
+    settings.HTTP_GET_ALLOWED_HOSTS = ["127.0.0.1"]
+    slow = f"http://127.0.0.1:{endpoint.port}/slow"
+    endpoint.script = [
+        completion(tool_calls=[call("http_get", {"url": f"{slow}/a"}), call("http_get", {"url": f"{slow}/b"})]),
+        completion("Both fetched."),
+    ]
+    run = run_task(text="Fetch both pages", kind=Task.Kind.GENERAL)
+    a, b = run.steps.filter(tool_name="http_get").order_by("index")
+    assert a.success and b.success and '"/slow/a"' in a.result["text"] and a.result["status"] == 200
+    assert a.duration_ms >= 300 and b.duration_ms >= 300
+    # Their recorded intervals overlap: the two calls ran at the same time.
+    assert a.started_at < b.finished_at and b.started_at < a.finished_at
+
+
+def test_malformed_unknown_and_invalid_calls_are_recorded(endpoint):
+    endpoint.script = [
+        completion(tool_calls=[call("calculator", '{"expression": "1 +', id="bad-json")]),
+        completion(tool_calls=[call("launch_rockets", {}, id="unknown")]),
+        completion(tool_calls=[call("calculator", {"expression": 42}, id="invalid")]),
+        completion("I give up on tools: 2."),
+    ]
+    run = run_task()
+    calls = list(run.steps.filter(kind=Step.Kind.TOOL_CALL).order_by("index"))
+    assert [c.tool_call_id for c in calls] == ["bad-json", "unknown", "invalid"]
+    assert "not valid JSON" in calls[0].error
+    assert "Unknown tool 'launch_rockets'" in calls[1].error
+    assert "42 is not of type 'string'" in calls[2].error
+    assert all(c.error_class == "InvalidToolCall" for c in calls)
+    # The model saw each error as the tool's answer on the next turn.
+    assert "Unknown tool" in endpoint.requests[2]["messages"][-2]["content"]
+    assert run.status == Run.Status.SUCCEEDED
+
+
+def test_a_429_is_retried_then_succeeds(endpoint):
+    endpoint.script = [error(429, "slow down"), completion("4")]
+    run = run_task()
+    assert run.status == Run.Status.SUCCEEDED
+    final = run.steps.get(kind=Step.Kind.FINAL)
+    assert final.attempts == 2
+    tries = list(final.attempt_rows.values_list("number", "retryable"))
+    assert tries == [(1, True), (2, False)]
+    assert "RateLimitError (429)" in final.attempt_rows.first().error
+
+
+def test_500s_until_the_model_gives_up(endpoint):
+    endpoint.script = [error(500, "boom")] * 3
+    run = run_task()
+    assert run.status == Run.Status.FAILED
+    assert run.error.startswith("The model could not be reached after 3 attempt(s): InternalServerError (500)")
+    step = run.steps.get()
+    assert step.kind == Step.Kind.MODEL_ERROR and step.attempts == 3
+    assert len(endpoint.requests) == 3
+
+
+def test_a_client_error_is_not_retried(endpoint):
+    endpoint.script = [error(401, "bad key")]
+    run = run_task()
+    assert run.status == Run.Status.FAILED and "(401)" in run.error
+    assert len(endpoint.requests) == 1
+
+
+def test_a_reply_slower_than_the_timeout(endpoint, settings):
+    settings.LLM_TIMEOUT_SECONDS = 0.3
+    settings.LLM_MAX_ATTEMPTS = 2
+    endpoint.script = [{"json": completion("late"), "delay": 1.0}] * 2
+    run = run_task()
+    assert run.status == Run.Status.FAILED
+    assert "APITimeoutError" in run.error and "2 attempt(s)" in run.error
+
+
+def test_an_empty_reply_is_an_observation(endpoint):
+    endpoint.script = [completion(""), completion("4")]
+    run = run_task()
+    assert list(run.steps.values_list("kind", flat=True)) == ["model_error", "final"]
+    assert "empty" in endpoint.requests[1]["messages"][-1]["content"]
+
+
+def test_json_fallback_for_a_server_without_tools(endpoint):
+    def responder(body):
+        if "tools" in body:
+            return error(400, "This model does not support tools")
+        if len([m for m in body["messages"] if m["role"] == "assistant"]) == 0:
+            return completion('```json\n{"thought": "compute", "tool_calls": [{"name": "calculator", '
+                              '"arguments": {"expression": "6*7"}}]}\n```')  # fmt: skip
+        return completion('{"final_answer": "42"}')
+
+    endpoint.responder = responder
+    run = run_task(text="What is 6*7?")
+    assert run.status == Run.Status.SUCCEEDED and run.final_output == "42"
+    assert run.steps.get(tool_name="calculator").result["value"] == 42
+    json_requests = [r for r in endpoint.requests if "tools" not in r]
+    assert "Reply with ONE JSON object" in json_requests[0]["messages"][0]["content"]
+
+
+def test_json_mode_malformed_reply_is_told_to_the_model(endpoint, settings):
+    settings.LLM_TOOL_MODE = "json"
+    endpoint.script = [completion("Sure! The answer is four."), completion('{"final_answer": "4"}')]
+    run = run_task()
+    error_step = run.steps.get(kind=Step.Kind.MODEL_ERROR)
+    assert error_step.error_class == "MalformedReply" and "not valid JSON" in error_step.error
+    assert run.final_output == "4"
