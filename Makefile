@@ -7,7 +7,11 @@ PORT ?= 8000
 TEST_DATABASE_URL ?= postgres://root@127.0.0.1:5432/test
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test lint check clean
+LLM_VENV := .venv-llm
+LLM_PORT ?= 8080
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF
+
+.PHONY: run test lint clean local-llm local-llm-install
 
 $(BIN)/python:
 	@py=$$(scripts/find-python) || exit 1; \
@@ -31,7 +35,23 @@ run: $(VENV)/.run-deps
 	@echo
 	WEB_PORT=$(PORT) $(BIN)/honcho start
 
-test: $(VENV)/.test-deps
+$(LLM_VENV)/.installed: requirements-llm.txt
+	@py=$$(scripts/find-python) || exit 1; "$$py" -m venv $(LLM_VENV)
+	@echo "Installing llama-cpp-python (the first build compiles llama.cpp: several minutes)..."
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(LLM_VENV)/bin/pip install -q -r requirements-llm.txt
+	@touch $@
+
+local-llm-install: $(LLM_VENV)/.installed
+
+# Serve SmolLM2-135M-Instruct as an OpenAI-compatible endpoint on 127.0.0.1, no network needed.
+local-llm: $(LLM_VENV)/.installed
+	@echo
+	@echo "  Then run the product on it:  OPENAI_BASE_URL=http://127.0.0.1:$(LLM_PORT)/v1 LLM_MODEL=smollm2 make run"
+	@echo
+	$(LLM_VENV)/bin/python -m llama_cpp.server --model "$$($(LLM_VENV)/bin/python scripts/smollm2-path)" \
+	  --chat_format chatml-function-calling --model_alias smollm2 --host 127.0.0.1 --port $(LLM_PORT)
+
+test: $(VENV)/.test-deps $(LLM_VENV)/.installed
 	@scripts/ensure-services
 	@scripts/ensure-chromium
 	$(BIN)/ruff check .
@@ -43,4 +63,4 @@ lint: $(VENV)/.test-deps
 	$(BIN)/ruff format --check .
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) $(LLM_VENV) var

@@ -267,3 +267,23 @@ def test_tool_retrieval_offers_the_relevant_tools(db, settings):
     assert "calculator" in run.tools_offered
     assert {"update_plan", "delegate"} <= set(run.tools_offered)  # the engine's own tools always go
     assert len(run.tools_offered) == 2 + 2
+
+
+def test_offline_triage_with_replies_waits_for_a_person(demo_workspace, reviewer):
+    run = make_run(text="Triage the emails in inbox/ and reply to the urgent ones", kind=Task.Kind.EMAIL_TRIAGE,
+                   workspace=demo_workspace)  # fmt: skip
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.AWAITING_CONFIRMATION
+    waiting = list(run.confirmations.order_by("pk"))
+    assert [c.arguments["to"] for c in waiting] == ["ops@northwind.example", "j.chen@example.org",
+                                                   "finance@contoso.example"]  # fmt: skip
+    for i, confirmation in enumerate(waiting):
+        services.confirmation_decide(confirmation=confirmation, user=reviewer, approve=i != 1, reason="")
+    run.refresh_from_db()
+    assert run.status == Run.Status.QUEUED
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert "Replied to 2; 1 reply(ies) not sent." in run.final_output
+    assert run.steps.filter(tool_name="send_reply", success=True).count() == 2

@@ -14,6 +14,7 @@ from typing import Any
 from .llm import LLMReply, ToolCall
 
 _EMAIL_TASK = re.compile(r"\b(e-?mails?|inbox|triage|tickets?)\b", re.I)
+_REPLY_TASK = re.compile(r"\b(reply|respond|answer)\b", re.I)
 _FILE_NAME = re.compile(r"[\w./-]*\w\.(?:txt|md|csv|log|json)\b")
 _DIRECTORY = re.compile(r"\b([\w-]+)/")
 _NUMBER_WORDS = [
@@ -75,6 +76,16 @@ def _observations(messages: list[dict[str, Any]]) -> list[Observation]:
                 )
             )
     return seen
+
+
+def _reply_to(email: str) -> dict[str, str]:
+    sender = re.search(r"^From:\s*(\S+@\S+)", email, re.M)
+    subject = re.search(r"^Subject:\s*(.+)$", email, re.M)
+    return {
+        "to": sender.group(1) if sender else "unknown@example.com",
+        "subject": f"Re: {subject.group(1).strip() if subject else 'your message'}",
+        "body": "Thank you for your message. We have flagged it as urgent and are working on it now.",
+    }
 
 
 def _call(n: int, name: str, **arguments: Any) -> ToolCall:
@@ -159,18 +170,30 @@ class OfflineDemoModel:
                 content=f"Reading {len(batch)} email(s).",
                 tool_calls=[_call(turn * 100 + i, "read_text_file", path=p) for i, p in enumerate(batch)],
             )
-        lines, urgent = [], 0
+        lines, urgent = [], []
         for path in files:
             obs = read[path]
             if not obs.ok:
                 lines.append(f"- {path}: unreadable ({obs.error})")
                 continue
             label, is_urgent = _classify(obs.result["text"])
-            urgent += is_urgent
+            if is_urgent:
+                urgent.append(obs.result["text"])
             lines.append(f"- {path}: {label}{' — URGENT' if is_urgent else ''}")
         if not files:
             return LLMReply(content=f"The folder {folder_name}/ holds no emails.")
-        summary = f"Triaged {len(files)} email(s); {urgent} urgent."
+        summary = f"Triaged {len(files)} email(s); {len(urgent)} urgent."
+        if _REPLY_TASK.search(task):
+            replies = [o for o in seen if o.tool == "send_reply"]
+            if not replies and urgent:
+                return LLMReply(
+                    content=f"Replying to the {len(urgent)} urgent sender(s).",
+                    tool_calls=[
+                        _call(turn * 100 + i, "send_reply", **_reply_to(text)) for i, text in enumerate(urgent)
+                    ],
+                )
+            sent = sum(o.ok for o in replies)
+            summary += f" Replied to {sent}; {len(replies) - sent} reply(ies) not sent."
         return LLMReply(content="\n".join([summary, *lines]))
 
     # --- file analysis --------------------------------------------------------------------

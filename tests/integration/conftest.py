@@ -17,7 +17,9 @@ def _isolated_folders(settings, shared_folders):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
-@pytest.fixture(scope="session")
+# Module scope: a test that starts workers of its own (the SIGKILL test) must not share the
+# queue with a worker left over from another module.
+@pytest.fixture(scope="module")
 def celery_worker_process(django_db_setup, shared_folders):
     worker = WorkerProcess(shared_folders).start()
     yield worker

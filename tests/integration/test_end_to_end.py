@@ -28,7 +28,7 @@ def test_a_submitted_task_runs_on_a_real_worker(client, celery_worker_process):
 
     run = wait_for_run(run_id)
 
-    assert run.status == Run.Status.SUCCEEDED, celery_worker_process.log()
+    assert run.status == Run.Status.SUCCEEDED, (run.error, celery_worker_process.log())
     assert run.started_at and run.finished_at and run.started_at <= run.finished_at
     steps = list(run.steps.order_by("index"))
     assert [s.index for s in steps] == list(range(run.step_count))

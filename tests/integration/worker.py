@@ -24,9 +24,10 @@ def test_database_url() -> str:
 
 
 class WorkerProcess:
-    def __init__(self, folders: Path, name: str = "w1") -> None:
+    def __init__(self, folders: Path, name: str = "w1", **extra_env: str) -> None:
         self.folders = folders
         self.name = name
+        self.extra_env = extra_env
         self.log_path = folders / f"worker-{name}.log"
         self.process: subprocess.Popen | None = None
 
@@ -40,6 +41,7 @@ class WorkerProcess:
             "RUN_SANDBOXES_ROOT": str(self.folders / "runs"),
             "LLM_BACKEND": "offline",
             "CONN_MAX_AGE": "0",
+            **self.extra_env,
         }
 
     def start(self) -> "WorkerProcess":
@@ -66,7 +68,14 @@ class WorkerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:]
 
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no acknowledgement, no goodbye (a machine lost)."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+
     def stop(self) -> None:
+        """Warm shutdown (safe to call on a worker that was never started or is dead)."""
         if self.process and self.process.poll() is None:
             self.process.terminate()
             try:

@@ -1,0 +1,48 @@
+"""Operating the runtime: tools switched off without a restart, logs that carry the run."""
+
+import json
+import logging
+
+import pytest
+
+from feedback.agent.loop import execute_run
+from feedback.logging import JsonFormatter, RunContextFilter
+from feedback.models import Run, ToolSetting
+
+from .factories import make_run
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_disabled_tool_is_not_offered_and_refused(db):
+    ToolSetting.objects.create(name="calculator", enabled=False)
+    run = make_run(text="What is 2 + 2?")
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert "calculator" not in run.tools_offered
+    call = run.steps.get(tool_name="calculator")  # the offline model tries it anyway
+    assert call.success is False and "Unknown tool 'calculator'" in call.error
+    ToolSetting.objects.filter(name="calculator").update(enabled=True)
+    again = make_run(text="What is 2 + 2?")
+    execute_run(again.pk)
+    again.refresh_from_db()
+    assert again.status == Run.Status.SUCCEEDED and again.final_output == "2 + 2 = 4"
+
+
+def test_a_timeout_override_applies_at_the_next_run(db):
+    from feedback.agent.tools import enabled_tools
+
+    ToolSetting.objects.create(name="read_text_file", timeout_seconds=0.5)
+    assert enabled_tools()["read_text_file"].timeout == 0.5
+
+
+def test_every_log_line_of_a_run_carries_its_ids(db, caplog):
+    handler_filter = RunContextFilter()
+    caplog.handler.addFilter(handler_filter)
+    caplog.set_level(logging.INFO, logger="feedback")
+    run = make_run(text="What is 2 + 2?")
+    execute_run(run.pk)
+    finished = [r for r in caplog.records if "run finished" in r.getMessage()]
+    assert finished and finished[0].run_id == run.pk and finished[0].step == 3
+    line = json.loads(JsonFormatter().format(finished[0]))
+    assert line["run_id"] == run.pk and line["message"].startswith("run finished: succeeded")
