@@ -23,6 +23,10 @@ ACCESS = [
     ("feedback-run-cancel", "post", "run", [LOGIN, 403, 403, 403, 302]),
     ("feedback-run-rerun", "post", "run", [LOGIN, 403, 403, 403, 403]),
     ("feedback-strategy-list", "get", None, [LOGIN, 403, 403, 200, 200]),
+    ("feedback-run-score", "post", "run", [LOGIN, 403, 403, 403, 302]),
+    ("feedback-run-reevaluate", "post", "run", [LOGIN, 403, 403, 403, 302]),
+    ("feedback-review-queue", "get", None, [LOGIN, 403, 403, 403, 200]),
+    ("feedback-metrics", "get", None, [LOGIN, 403, 403, 200, 200]),
 ]
 
 

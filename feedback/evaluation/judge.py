@@ -102,7 +102,7 @@ def llm_judge(run: Run, config: dict) -> Verdict:
         )
     except openai.APITimeoutError as exc:
         raise EvaluatorError(
-            f"The judge timed out after {settings.LLM_TIMEOUT_SECONDS:g} s.", {"error": "timeout"}
+            f"The judge timed out after {settings.LLM_TIMEOUT_SECONDS:g} s.", {"reason": "timeout"}
         ) from exc
     except openai.APIError as exc:
         raise EvaluatorError(f"The judge could not be reached: {type(exc).__name__}: {exc}") from exc
