@@ -53,7 +53,7 @@ class Window:
     def periods(self) -> list[date]:
         """Every period start in the window, so a chart shows empty days as gaps, not jumps."""
         start = timezone.localtime(self.since).date()
-        end = timezone.localtime(self.until).date()
+        end = timezone.localtime(self.until - timedelta(microseconds=1)).date()  # until is exclusive
         step = timedelta(days=1)
         if self.granularity == "week":
             start -= timedelta(days=start.weekday())  # ISO weeks start on Monday, like TruncWeek
