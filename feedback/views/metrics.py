@@ -26,8 +26,9 @@ def _chart_data(scores: list[dict], errors: list[dict], interventions: list[dict
 
 @permission_required("feedback.view_metrics", raise_exception=True)
 def metrics_page(request: HttpRequest) -> HttpResponse:
-    form = MetricsFilterForm(request.GET)
-    filters = form.cleaned_data if form.is_valid() else {}
+    # Unbound without a query string, so the selects show the defaults actually in use.
+    form = MetricsFilterForm(request.GET or None, initial={"days": 30, "granularity": "day"})
+    filters = form.cleaned_data if form.is_bound and form.is_valid() else {}
     window = metrics.Window.last(
         filters.get("days") or 30,
         kind=filters.get("kind") or "",
@@ -43,7 +44,8 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
         "score_summary": metrics.score_summary(window),
         "error_summary": metrics.repeated_error_summary(window),
         "intervention_summary": metrics.intervention_summary(window),
-        "rows": list(zip(scores, errors, interventions, strict=True)),
+        # The table lists the periods that had runs, newest first; the charts show every period.
+        "rows": [row for row in zip(scores, errors, interventions, strict=True) if row[2]["runs"]][::-1],
         "tools": tools,
         "chart_data": _chart_data(scores, errors, interventions, tools),
     }
