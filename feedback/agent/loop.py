@@ -159,6 +159,9 @@ class AgentLoop:
         )
         self.run.refresh_from_db()
         logger.info("run %s finished: %s %s", self.run.pk, status, error)
+        from feedback.tasks import run_evaluate_task  # late: feedback.tasks imports this module
+
+        run_evaluate_task.delay_on_commit(self.run.pk)
 
     # --- the loop -------------------------------------------------------------------------
     def _prepare_prompt(self) -> None:
