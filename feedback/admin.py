@@ -48,6 +48,13 @@ class EvaluationAdmin(admin.ModelAdmin):
     raw_id_fields = ["run", "author"]
 
 
+@admin.register(models.EvaluationProfile)
+class EvaluationProfileAdmin(admin.ModelAdmin):
+    # Edits reach the next evaluation round at once; EvaluationProfile.clean() checks the list.
+    list_display = ["task_kind", "review_below", "updated_at"]
+    readonly_fields = ["updated_at"]
+
+
 class StrategyVersionInline(admin.StackedInline):
     model = models.StrategyVersion
     extra = 0

@@ -13,4 +13,5 @@ def roles(request: HttpRequest) -> dict:
         "can_view_strategies": user.has_perm("feedback.view_strategy"),
         "can_decide": user.has_perm("feedback.decide_strategy"),
         "can_confirm": user.has_perm("feedback.confirm_toolconfirmation"),
+        "can_score": user.has_perm("feedback.score_run"),
     }

@@ -37,3 +37,33 @@ class TaskForm(forms.Form):
 class ConfirmationForm(forms.Form):
     decision = forms.ChoiceField(choices=[("approve", _("Approve")), ("reject", _("Reject"))])
     reason = forms.CharField(max_length=1000, required=False)
+
+
+class HumanScoreForm(forms.Form):
+    score = forms.FloatField(
+        label=_("Score (0–1)"),
+        min_value=0,
+        max_value=1,
+        widget=forms.NumberInput(attrs={"step": "0.05", "min": "0", "max": "1"}),
+    )
+    comment = forms.CharField(
+        label=_("Comment"), required=False, max_length=4000, widget=forms.Textarea(attrs={"rows": 2})
+    )
+    corrected_answer = forms.CharField(
+        label=_("Corrected answer (optional)"),
+        required=False,
+        max_length=Task.TEXT_MAX_LENGTH,
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
+
+
+class MetricsFilterForm(forms.Form):
+    kind = forms.ChoiceField(label=_("Kind"), required=False, choices=[("", _("Any")), *Task.Kind.choices])
+    days = forms.TypedChoiceField(
+        label=_("Period"),
+        required=False,
+        coerce=int,
+        empty_value=30,
+        choices=[(7, _("7 days")), (30, _("30 days")), (90, _("90 days")), (365, _("365 days"))],
+    )
+    granularity = forms.ChoiceField(label=_("Per"), required=False, choices=[("day", _("day")), ("week", _("week"))])

@@ -4,9 +4,10 @@ worker is queued only once the transaction has committed."""
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
-from feedback.models import Run, Task, ToolConfirmation, Workspace
+from feedback.models import Evaluation, Run, Task, ToolConfirmation, Workspace
 
 
 class AlreadyDecided(Exception):
@@ -97,3 +98,50 @@ def confirmation_decide(
             run_execute_task.delay_on_commit(run_id)
     confirmation.refresh_from_db()
     return confirmation
+
+
+# --- evaluation -----------------------------------------------------------------------------
+@transaction.atomic
+def run_add_human_score(
+    *, run: Run, user: AbstractBaseUser, score: float, comment: str = "", corrected_answer: str = ""
+) -> Evaluation:
+    """A reviewer's score. It outranks the automatic ones (see feedback/evaluation/chain.py) and
+    counts as a human intervention on the run."""
+    from feedback.evaluation.chain import composite_score
+
+    if not user.has_perm("feedback.score_run"):
+        raise PermissionDenied
+    if not 0 <= score <= 1:
+        raise ValueError("A score is between 0 and 1.")
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    # Filed under the latest round so the page shows it beside the scores it overrides.
+    latest = run.evaluations.aggregate(r=Max("round"))["r"] or 1
+    evaluation = Evaluation.objects.create(
+        run=run,
+        round=latest,
+        evaluator="human",
+        kind=Evaluation.Kind.HUMAN,
+        score=score,
+        feedback=comment,
+        corrected_answer=corrected_answer,
+        author=user,
+    )
+    run.score = composite_score(run)
+    run.save(update_fields=["score"])
+    return evaluation
+
+
+@transaction.atomic
+def run_reevaluate(*, run: Run, user: AbstractBaseUser) -> int:
+    """Queue a new round of automatic evaluation; earlier rounds stay as history. Returns the
+    round number the worker will write."""
+    from feedback.tasks import run_evaluate_task
+
+    if not user.has_perm("feedback.score_run"):
+        raise PermissionDenied
+    if run.is_active:
+        raise ValueError("A run is evaluated once it has ended.")
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    next_round = (run.evaluations.aggregate(r=Max("round"))["r"] or 0) + 1
+    run_evaluate_task.delay_on_commit(run.pk, expected_round=next_round)
+    return next_round

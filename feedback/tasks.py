@@ -15,3 +15,11 @@ def run_execute_task(run_id: int) -> None:
 @shared_task(ignore_result=True)
 def runs_reap_stale_task() -> None:
     reap_stale_runs()
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, soft_time_limit=600)
+def run_evaluate_task(run_id: int, expected_round: int | None = None) -> None:
+    # Idempotent (evaluate_run writes a round only once), hence safe to redeliver with acks_late.
+    from feedback.evaluation.chain import evaluate_run
+
+    evaluate_run(run_id, expected_round=expected_round)

@@ -68,3 +68,23 @@ def demo_workspace(db):
     from feedback.demo import seed_workspace
 
     return seed_workspace()
+
+
+@pytest.fixture
+def judge_server(settings):
+    """A local OpenAI-compatible endpoint, configured as the judge's endpoint."""
+    from .judge_server import JudgeServer
+
+    server = JudgeServer().start()
+    settings.LLM_BACKEND = "auto"
+    settings.OPENAI_BASE_URL = server.base_url
+    settings.OPENAI_API_KEY = "test-key"
+    settings.LLM_JUDGE_MODEL = "judge-test"
+    settings.LLM_TIMEOUT_SECONDS = 1.0
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def make_reviewer(db):
+    return lambda username: make_user(username, roles.REVIEWER)

@@ -6,3 +6,21 @@ from feedback.models import Run, Task
 def make_run(*, user=None, text="What is 2 + 2?", kind=Task.Kind.ARITHMETIC, workspace=None, **run_fields) -> Run:
     task = Task.objects.create(text=text, kind=kind, created_by=user, workspace=workspace)
     return Run.objects.create(task=task, task_kind=kind, **run_fields)
+
+
+def make_finished_run(
+    *,
+    output: str = "",
+    expected_answer: str = "",
+    text: str = "What is 2 + 2?",
+    kind=Task.Kind.ARITHMETIC,
+    status=Run.Status.SUCCEEDED,
+    user=None,
+    **run_fields,
+) -> Run:
+    """A run that has ended with ``output`` as its final answer (for evaluation and metrics)."""
+    from django.utils import timezone
+
+    task = Task.objects.create(text=text, kind=kind, created_by=user, expected_answer=expected_answer)
+    run_fields.setdefault("finished_at", run_fields.get("created_at") or timezone.now())
+    return Run.objects.create(task=task, task_kind=kind, status=status, final_output=output, **run_fields)

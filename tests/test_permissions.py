@@ -25,6 +25,10 @@ ACCESS = [
     ("feedback-strategy-list", "get", None, [LOGIN, 403, 403, 200, 200]),
     ("feedback-confirmation-list", "get", None, [LOGIN, 403, 403, 200, 200]),
     ("feedback-confirmation-decide", "post", "confirmation", [LOGIN, 403, 403, 403, 302]),
+    ("feedback-run-score", "post", "run", [LOGIN, 403, 403, 403, 302]),
+    ("feedback-run-reevaluate", "post", "run", [LOGIN, 403, 403, 403, 302]),
+    ("feedback-review-queue", "get", None, [LOGIN, 403, 403, 403, 200]),
+    ("feedback-metrics", "get", None, [LOGIN, 403, 403, 200, 200]),
 ]
 
 

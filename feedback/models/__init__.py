@@ -1,4 +1,4 @@
-from .evaluation import Evaluation
+from .evaluation import Evaluation, EvaluationProfile
 from .run import AppliedStrategy, Run
 from .step import Step, StepAttempt
 from .strategy import Strategy, StrategyEvent, StrategyVersion
@@ -8,6 +8,7 @@ from .tool import ToolConfirmation, ToolSetting
 __all__ = [
     "AppliedStrategy",
     "Evaluation",
+    "EvaluationProfile",
     "Run",
     "Step",
     "StepAttempt",

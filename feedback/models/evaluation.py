@@ -1,9 +1,11 @@
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .run import Run
+from .task import Task
 
 
 class Evaluation(models.Model):
@@ -51,3 +53,41 @@ class Evaluation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.evaluator} on {self.run}: {self.score}"
+
+    @property
+    def evaluator_label(self) -> str:
+        """How the UI names the evaluator; the offline judge is never passed off as an LLM."""
+        if self.evaluator == OFFLINE_JUDGE_NAME:
+            return str(_("Offline heuristic judge (no LLM)"))
+        return self.evaluator
+
+
+# Kept here, not in feedback.evaluation, so the model needs no import of the evaluator code.
+OFFLINE_JUDGE_NAME = "offline_heuristic_judge"
+
+
+class EvaluationProfile(models.Model):
+    """Which evaluators score runs of one task kind, with what weight and configuration.
+
+    ``evaluators`` is a list of ``{"evaluator": "rule"|"reference"|"judge", "weight": 0.3,
+    "config": {...}}``; see feedback/evaluation/profiles.py for the defaults and the checks.
+    """
+
+    task_kind = models.CharField(max_length=32, choices=Task.Kind.choices, unique=True)
+    evaluators = models.JSONField(default=list)
+    # Composite scores below this put a run in the review queue.
+    review_below = models.FloatField(default=0.5)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["task_kind"]
+
+    def __str__(self) -> str:
+        return f"Evaluation profile: {self.get_task_kind_display()}"
+
+    def clean(self) -> None:
+        from feedback.evaluation.profiles import check_evaluators
+
+        problems = check_evaluators(self.evaluators)
+        if problems:
+            raise ValidationError({"evaluators": problems})

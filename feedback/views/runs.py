@@ -12,6 +12,13 @@ from feedback.models import Run, Task
 RUNS_PER_PAGE = 50
 
 
+def evaluation_context(request: HttpRequest, run: Run) -> dict:
+    # Imported late: the evaluation views import this module for _visible_run.
+    from .evaluation import evaluation_context
+
+    return evaluation_context(request, run)
+
+
 def _visible_run(request: HttpRequest, run_id: int) -> Run:
     run = get_object_or_404(Run.objects.select_related("task", "task__created_by", "parent"), pk=run_id)
     if not selectors.runs_visible_to(request.user).filter(pk=run.pk).exists():
@@ -47,13 +54,15 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _visible_run(request, run_id)
     template = "feedback/run_detail.html"
     if request.htmx:
-        template += "#run-live"
+        # The evaluation section polls on its own: it may still be waiting after the run ended.
+        template += "#run-evaluations" if request.GET.get("part") == "evaluations" else "#run-live"
     context = {
         "run": run,
         "steps": selectors.run_steps(run),
         "children": run.children.select_related("task").order_by("id"),
         "confirmations": run.confirmations.select_related("decided_by").order_by("requested_at"),
         "can_control": services.run_can_control(run=run, user=request.user),
+        **evaluation_context(request, run),
     }
     return render(request, template, context)
 

@@ -1,0 +1,61 @@
+"""Evaluation profiles: per task kind, which evaluators run and how much each one weighs.
+
+Profiles live in the database (``EvaluationProfile``, editable in the admin); a kind without a
+row gets the default below, created on first use, so a fresh database needs no setup.
+"""
+
+from typing import Any
+
+from feedback.models import EvaluationProfile, Task
+
+EVALUATOR_NAMES = ("rule", "reference", "judge")
+
+DEFAULT_PROFILES: dict[str, list[dict[str, Any]]] = {
+    Task.Kind.ARITHMETIC: [
+        # A number answer is right or wrong: the reference decides most of the score.
+        {"evaluator": "reference", "weight": 0.6, "config": {"mode": "auto", "tolerance": 1e-6}},
+        {"evaluator": "rule", "weight": 0.1, "config": {"min_length": 1, "format_regex": r".*\d.*"}},
+        {"evaluator": "judge", "weight": 0.3, "config": {}},
+    ],
+    Task.Kind.FILE_ANALYSIS: [
+        {"evaluator": "rule", "weight": 0.3, "config": {"min_length": 40}},
+        {"evaluator": "reference", "weight": 0.3, "config": {"mode": "auto"}},
+        {"evaluator": "judge", "weight": 0.4, "config": {}},
+    ],
+    Task.Kind.EMAIL_TRIAGE: [
+        {"evaluator": "rule", "weight": 0.3, "config": {"keywords": ["urgent"], "min_length": 20}},
+        {"evaluator": "reference", "weight": 0.4, "config": {"mode": "auto"}},
+        {"evaluator": "judge", "weight": 0.3, "config": {}},
+    ],
+    Task.Kind.GENERAL: [
+        {"evaluator": "rule", "weight": 0.3, "config": {"min_length": 20}},
+        {"evaluator": "reference", "weight": 0.2, "config": {"mode": "auto"}},
+        {"evaluator": "judge", "weight": 0.5, "config": {}},
+    ],
+}
+
+
+def check_evaluators(entries: Any) -> list[str]:
+    """What is wrong with a profile's evaluator list (empty when it is fine)."""
+    if not isinstance(entries, list) or not entries:
+        return ["Give a non-empty list of evaluators."]
+    problems = []
+    for i, entry in enumerate(entries, start=1):
+        if not isinstance(entry, dict):
+            problems.append(f"Entry {i} must be an object.")
+            continue
+        if entry.get("evaluator") not in EVALUATOR_NAMES:
+            problems.append(f"Entry {i}: evaluator must be one of {', '.join(EVALUATOR_NAMES)}.")
+        weight = entry.get("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
+            problems.append(f"Entry {i}: weight must be a number ≥ 0.")
+        if not isinstance(entry.get("config", {}), dict):
+            problems.append(f"Entry {i}: config must be an object.")
+    return problems
+
+
+def profile_for(task_kind: str) -> EvaluationProfile:
+    """The kind's profile, created from the defaults the first time it is needed."""
+    defaults = DEFAULT_PROFILES.get(task_kind, DEFAULT_PROFILES[Task.Kind.GENERAL])
+    profile, _ = EvaluationProfile.objects.get_or_create(task_kind=task_kind, defaults={"evaluators": defaults})
+    return profile

@@ -1,0 +1,52 @@
+from django.contrib.auth.decorators import permission_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from feedback import metrics
+from feedback.forms import MetricsFilterForm
+
+
+def _chart_data(scores: list[dict], errors: list[dict], interventions: list[dict], tools: list[dict]) -> dict:
+    """The series metrics.js draws, read by it from a json_script element."""
+    return {
+        "labels": [row["period"].isoformat() for row in scores],
+        "avg_score": [row["avg_score"] for row in scores],
+        "success_rate": [row["success_rate"] for row in scores],
+        "repeated_rate": [row["repeated_rate"] for row in errors],
+        "repeated_per_run": [row["repeated_per_run"] for row in errors],
+        "intervention_rate": [row["rate"] for row in interventions],
+        "tools": {
+            "names": [row["tool_name"] for row in tools],
+            "p50_ms": [row["p50_ms"] for row in tools],
+            "p95_ms": [row["p95_ms"] for row in tools],
+            "success_rate": [row["success_rate"] for row in tools],
+        },
+    }
+
+
+@permission_required("feedback.view_metrics", raise_exception=True)
+def metrics_page(request: HttpRequest) -> HttpResponse:
+    # Unbound without a query string, so the selects show the defaults actually in use.
+    form = MetricsFilterForm(request.GET or None, initial={"days": 30, "granularity": "day"})
+    filters = form.cleaned_data if form.is_bound and form.is_valid() else {}
+    window = metrics.Window.last(
+        filters.get("days") or 30,
+        kind=filters.get("kind") or "",
+        granularity=filters.get("granularity") or "day",
+    )
+    scores = metrics.score_trend(window)
+    errors = metrics.repeated_error_trend(window)
+    interventions = metrics.intervention_trend(window)
+    tools = metrics.tool_stats(window)
+    context = {
+        "form": form,
+        "window": window,
+        "score_summary": metrics.score_summary(window),
+        "error_summary": metrics.repeated_error_summary(window),
+        "intervention_summary": metrics.intervention_summary(window),
+        # The table lists the periods that had runs, newest first; the charts show every period.
+        "rows": [row for row in zip(scores, errors, interventions, strict=True) if row[2]["runs"]][::-1],
+        "tools": tools,
+        "chart_data": _chart_data(scores, errors, interventions, tools),
+    }
+    return render(request, "feedback/metrics.html", context)
