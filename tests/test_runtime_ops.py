@@ -46,3 +46,19 @@ def test_every_log_line_of_a_run_carries_its_ids(db, caplog):
     assert finished and finished[0].run_id == run.pk and finished[0].step == 3
     line = json.loads(JsonFormatter().format(finished[0]))
     assert line["run_id"] == run.pk and line["message"].startswith("run finished: succeeded")
+
+
+def test_validation_is_recorded_on_the_step_and_rules_come_from_the_admin(db):
+    ToolSetting.objects.create(
+        name="calculator", config={"result_rules": [{"type": "range", "path": "value", "max": 100}]}
+    )
+    small = make_run(text="What is 2 + 2?")
+    execute_run(small.pk)
+    step = small.steps.get(tool_name="calculator")
+    assert step.validation_status == "pass" and len(step.validation["checks"]) == 2
+    big = make_run(text="What is 200 * 3?")
+    execute_run(big.pk)
+    step = big.steps.get(tool_name="calculator")
+    assert step.validation_status == "fail" and step.success is False
+    assert step.error_class == "ValidationFailed" and step.attempts == 1
+    assert big.steps.filter(kind="reflection").exists()

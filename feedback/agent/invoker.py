@@ -20,6 +20,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from feedback.evaluation.validation import validate
+
 from .breaker import CircuitBreaker
 from .tools import Tool, ToolContext, ToolError
 
@@ -49,6 +51,8 @@ class Outcome:
     cached: bool = False
     stale: bool = False
     served_by: str = ""
+    # Layer-1 report on the result: {"status": "pass"|"fail", "checks": [...]}, or None.
+    validation: dict | None = None
     started_at: datetime = field(default_factory=timezone.now)
     finished_at: datetime | None = None
     attempts: list[Attempt] = field(default_factory=list)
@@ -107,6 +111,17 @@ def _call_with_retries(tool: Tool, arguments: dict[str, Any], ctx: ToolContext, 
             error, error_class, retryable = str(exc), "ToolError", exc.retryable
         except Exception as exc:  # a tool bug must not crash the loop
             error, error_class = f"{type(exc).__name__}: {exc}", type(exc).__name__
+        if not error and tool.result_rules:
+            # Layer 1: a result that breaks a hard rule is a failed attempt, retried if transient.
+            report = validate(list(tool.result_rules), result)
+            outcome.validation = report.as_json()
+            if report.hard_failure:
+                failed = "; ".join(c["message"] for c in report.checks if not c["ok"] and c["hard"])
+                error, error_class, retryable = (
+                    f"The result failed validation: {failed}",
+                    "ValidationFailed",
+                    report.retryable,
+                )
         duration = int((time.monotonic() - t0) * 1000)
         outcome.attempts.append(Attempt(number, started, duration, error, error_class, retryable))
         if not error:

@@ -89,6 +89,8 @@ class Recorder:
             cached=outcome.cached,
             stale=outcome.stale,
             served_by=outcome.served_by,
+            validation=outcome.validation,
+            validation_status=(outcome.validation or {}).get("status", ""),
             started_at=outcome.started_at,
             finished_at=finished,
             duration_ms=max(0, int((finished - outcome.started_at).total_seconds() * 1000)),

@@ -146,3 +146,35 @@ def test_an_open_breaker_uses_the_fallback_tool(settings):
     degraded = invoker.invoke("primary", '{"n": 5}', CTX, tools)
     assert degraded.ok and degraded.result == {"from": "backup", "n": 5}
     assert degraded.served_by == "backup"
+
+
+def test_a_hard_validation_failure_is_a_failed_attempt():
+    tools = _tools(
+        lambda ctx, n: {"temperature": 80},
+        result_rules=({"type": "range", "path": "temperature", "min": -50, "max": 50},),
+    )
+    outcome = invoker.invoke("t", '{"n": 1}', CTX, tools)
+    assert not outcome.ok and outcome.error_class == "ValidationFailed"
+    assert "failed validation" in outcome.error and "80" in outcome.error
+    assert outcome.validation["status"] == "fail"
+    assert len(outcome.attempts) == 1  # a bad value is not transient: no retry
+
+
+def test_a_transient_validation_failure_takes_the_retry_path():
+    statuses = [503, 503, 200]
+    tools = _tools(
+        lambda ctx, n: {"status": statuses.pop(0)}, result_rules=({"type": "http_status", "allowed": [200]},)
+    )
+    outcome = invoker.invoke("t", '{"n": 1}', CTX, tools)
+    assert outcome.ok and outcome.result == {"status": 200}
+    assert [a.error_class for a in outcome.attempts] == ["ValidationFailed", "ValidationFailed", ""]
+    assert outcome.validation == {"status": "pass", "checks": outcome.validation["checks"]}
+
+
+def test_a_soft_rule_only_warns():
+    tools = _tools(
+        lambda ctx, n: {"words": 0}, result_rules=({"type": "range", "path": "words", "min": 1, "hard": False},)
+    )
+    outcome = invoker.invoke("t", '{"n": 1}', CTX, tools)
+    assert outcome.ok and outcome.validation["status"] == "pass"
+    assert [c["ok"] for c in outcome.validation["checks"]] == [False]  # the warning stays in the trace

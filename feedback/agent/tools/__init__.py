@@ -31,6 +31,12 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             parameters=LIST_DIRECTORY,
             func=list_directory,
             timeout=5.0,
+            result_rules=(
+                {
+                    "type": "json_schema",
+                    "schema": {"type": "object", "required": ["entries"], "properties": {"entries": {"type": "array"}}},
+                },
+            ),
         ),
         Tool(
             name="read_text_file",
@@ -38,6 +44,7 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             parameters=READ_TEXT_FILE,
             func=read_text_file,
             timeout=5.0,
+            result_rules=({"type": "required_keys", "keys": ["path", "text"]},),
         ),
         Tool(
             name="analyze_text",
@@ -54,6 +61,12 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             func=calculator,
             timeout=2.0,
             cache_ttl=3600,
+            result_rules=(
+                {
+                    "type": "json_schema",
+                    "schema": {"type": "object", "required": ["value"], "properties": {"value": {"type": "number"}}},
+                },
+            ),
         ),
         Tool(
             name="http_get",
@@ -62,6 +75,7 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             func=http_get,
             timeout=15.0,
             cache_ttl=60,
+            result_rules=({"type": "http_status", "allowed": list(range(200, 300))},),
         ),
         Tool(
             name="send_reply",
@@ -96,6 +110,9 @@ def enabled_tools() -> dict[str, Tool]:
             continue
         if setting is not None and setting.timeout_seconds:
             tool = replace(tool, timeout=setting.timeout_seconds)
+        if setting is not None and setting.config.get("result_rules"):
+            # Operators add layer-1 rules in the admin, on top of the tool's own.
+            tool = replace(tool, result_rules=(*tool.result_rules, *setting.config["result_rules"]))
         tools[name] = tool
     return tools
 
