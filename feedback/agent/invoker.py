@@ -25,7 +25,6 @@ from feedback.evaluation.validation import validate
 from .breaker import CircuitBreaker
 from .tools import Tool, ToolContext, ToolError
 
-MAX_ATTEMPTS = 3
 STALE_RESULT_SECONDS = 24 * 3600
 _POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="tool")
 
@@ -94,7 +93,7 @@ def _cache_key(kind: str, tool: Tool, arguments: dict[str, Any]) -> str:
 
 def _call_with_retries(tool: Tool, arguments: dict[str, Any], ctx: ToolContext, outcome: Outcome) -> None:
     breaker = CircuitBreaker(tool.name)
-    for number in range(1, MAX_ATTEMPTS + 1):
+    for number in range(1, tool.max_attempts + 1):
         started, t0 = timezone.now(), time.monotonic()
         error, error_class, retryable, result = "", "", False, None
         try:
@@ -131,7 +130,7 @@ def _call_with_retries(tool: Tool, arguments: dict[str, Any], ctx: ToolContext, 
         outcome.error, outcome.error_class, outcome.retryable = error, error_class, retryable
         if retryable:
             breaker.record_failure()
-        if not retryable or number == MAX_ATTEMPTS or breaker.is_open():
+        if not retryable or number == tool.max_attempts or breaker.is_open():
             return
         time.sleep(_backoff(number))
 

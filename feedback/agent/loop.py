@@ -19,8 +19,10 @@ from django.utils import timezone
 
 from feedback.logging import current_run, current_step
 from feedback.models import Run, Step, Task, ToolConfirmation
+from feedback.strategies import injection as strategy_injection
 
 from .conversation import conversation
+from .guardrails import Decision, Guardrails
 from .invoker import Outcome, invoke, parse_arguments
 from .llm import ChatModel, LLMAttempt, LLMReply, ToolCall, complete_with_retries, get_model
 from .prompts import build_system_prompt
@@ -82,13 +84,18 @@ class AgentLoop:
     # --- set-up ---------------------------------------------------------------------------
     def _prepare(self) -> None:
         if self.run.system_prompt:
-            # Resumed: keep the exact prompt and tools the run started with.
+            # Resumed: keep the exact prompt, strategies and tools the run started with.
+            injection = strategy_injection.recorded(self.run)
+            self.guardrails = Guardrails(injection.guardrails, self.context.workspace)
             offered = set(self.run.tools_offered)
-            self.tools = {n: t for n, t in self.all_tools.items() if n in offered}
+            self.tools = self.guardrails.tools({n: t for n, t in self.all_tools.items() if n in offered})
             return
-        self.tools, method = select_tools(self.run.task.text, self.all_tools)
+        injection = strategy_injection.select(self.run)
+        strategy_injection.record(self.run, injection)
+        self.guardrails = Guardrails(injection.guardrails, self.context.workspace)
+        self.tools, method = select_tools(self.run.task.text, self.guardrails.tools(self.all_tools))
         self.record.update_run(
-            system_prompt=build_system_prompt(),
+            system_prompt=build_system_prompt(injection.guidance, injection.examples),
             llm_backend=self.model.backend,
             model_name=self.model.name,
             tools_offered=sorted(self.tools),
@@ -181,15 +188,18 @@ class AgentLoop:
         engine = [c for c in reply.tool_calls if c not in waiting and self._is_engine(c)]
         pooled = [c for c in reply.tool_calls if c not in waiting and c not in engine]
         outcomes: dict[str, Outcome] = {}
-        if pooled:
+        decisions = self._guard(pooled)
+        runnable = [c for c in pooled if not decisions[c.id].refusal]
+        if runnable:
             # Several calls in one reply run concurrently; their steps are written in call order.
-            with ThreadPoolExecutor(max_workers=min(8, len(pooled))) as pool:
-                for call, outcome in zip(
-                    pooled,
-                    pool.map(lambda c: invoke(c.name, c.arguments, self.context, self.tools), pooled),
-                    strict=True,
-                ):
-                    outcomes[call.id] = outcome
+            with ThreadPoolExecutor(max_workers=min(8, len(runnable))) as pool:
+                results = pool.map(
+                    lambda c: invoke(c.name, decisions[c.id].arguments, self.context, self.tools), runnable
+                )
+                outcomes.update({call.id: outcome for call, outcome in zip(runnable, results, strict=True)})
+        for call in pooled:
+            if decisions[call.id].refusal:
+                outcomes[call.id] = _refused(call, decisions[call.id].refusal, "GuardrailRefused")
         steps = []
         for call in reply.tool_calls:
             if call in waiting:
@@ -197,10 +207,20 @@ class AgentLoop:
             if call in engine:
                 steps.append(self._engine_call(turn, call))
             else:
-                steps.append(self.record.tool_call(turn, call, outcomes[call.id]))
+                note = " ".join(decisions[call.id].notes)
+                steps.append(self.record.tool_call(turn, call, outcomes[call.id], note=note))
         if waiting:
             self._ask_for_confirmation(turn, waiting)
         return [s for s in steps if s.success is False]
+
+    def _guard(self, calls: list[ToolCall]) -> dict[str, Decision]:
+        """The guardrails' verdict on each call, before any of them runs."""
+        if not self.guardrails:
+            return {c.id: Decision(arguments=c.arguments) for c in calls}
+        succeeded = set(
+            self.run.steps.filter(kind=Step.Kind.TOOL_CALL, success=True).values_list("tool_name", flat=True)
+        )
+        return {c.id: self.guardrails.check(c.name, c.arguments, succeeded) for c in calls}
 
     # --- plan and sub-agents ----------------------------------------------------------------
     def _is_engine(self, call: ToolCall) -> bool:
@@ -290,13 +310,18 @@ class AgentLoop:
             if confirmation.status == ToolConfirmation.Status.APPROVED:
                 outcome = invoke(call.name, call.arguments, self.context, self.tools)
             else:
-                outcome = Outcome(arguments=confirmation.arguments, finished_at=timezone.now())
                 who = confirmation.decided_by.get_username() if confirmation.decided_by else "a reviewer"
-                outcome.error = f"{who} refused this call" + (
-                    f": {confirmation.reason}" if confirmation.reason else "."
-                )
-                outcome.error_class = "Refused"
+                reason = f": {confirmation.reason}" if confirmation.reason else "."
+                outcome = _refused(call, f"{who} refused this call{reason}", "Refused")
             self.record.tool_call(confirmation.turn, call, outcome)
+
+
+def _refused(call: ToolCall, message: str, error_class: str) -> Outcome:
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except json.JSONDecodeError:
+        arguments = call.arguments
+    return Outcome(arguments=arguments, error=message, error_class=error_class, finished_at=timezone.now())
 
 
 def _with_success(failed_attempts: list) -> list:

@@ -5,8 +5,11 @@ Call the tools you need, read their results, and correct course when a tool repo
 When you are done, reply with the final answer only, without calling a tool."""
 
 
-def build_system_prompt(guidance: list[str] | None = None) -> str:
+def build_system_prompt(guidance: list[str] | None = None, examples: list[str] | None = None) -> str:
+    """The exact system prompt a run is given: the base prompt plus its strategies."""
     parts = [BASE_SYSTEM_PROMPT]
     if guidance:
         parts.append("Lessons from earlier runs (follow them):\n" + "\n".join(f"- {g}" for g in guidance))
+    for example in examples or []:
+        parts.append("Example of a successful run of a similar task:\n" + example)
     return "\n\n".join(parts)

@@ -72,12 +72,13 @@ class Recorder:
         current_step.set(step.index)
         return step
 
-    def tool_call(self, turn: int, call: ToolCall, outcome: Outcome) -> Step:
+    def tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str = "") -> Step:
         finished = outcome.finished_at or timezone.now()
         return self.step(
             tries=outcome.attempts,
             turn=turn,
             kind=Step.Kind.TOOL_CALL,
+            thought=note,
             tool_name=call.name[:100],
             tool_call_id=call.id[:100],
             arguments=outcome.arguments,

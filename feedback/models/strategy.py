@@ -40,6 +40,8 @@ class Strategy(models.Model):
     pattern_key = models.CharField(max_length=200, blank=True)
     support = models.PositiveIntegerField(default=0)
     confidence = models.FloatField(default=0.0)
+    # The failing-vs-succeeding contrast that made the miner propose it (counts, examples).
+    evidence_summary = models.JSONField(default=dict, blank=True)
     evidence = models.ManyToManyField(Run, blank=True, related_name="evidence_for")
     current_version = models.ForeignKey(
         "StrategyVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -27,6 +27,7 @@ class Tool:
     idempotent: bool = True
     sensitive: bool = False
     timeout: float = 10.0
+    max_attempts: int = 3
     # Seconds an idempotent tool's result is reused for the same arguments (0: never).
     cache_ttl: int = 0
     # A tool to call instead while this one's circuit breaker is open.

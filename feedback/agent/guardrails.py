@@ -1,0 +1,134 @@
+"""Guardrails: rules from strategies that the engine enforces whatever the model does.
+
+Kinds (each a dict with a "type"):
+- ``tool_precondition``: ``{"tool": "read_text_file", "requires": "list_directory"}`` — the
+  tool is refused until the required tool has succeeded in this run.
+- ``parameter_rule``: ``{"tool": ..., "param": ..., "pattern": "^[^/]"}`` refuses arguments
+  that do not match; ``"action": "resolve_in_workspace"`` rewrites a file path that does not
+  exist to the one file of that name in the workspace, when there is exactly one.
+- ``retry_policy``: ``{"tool": ..., "timeout": 20, "max_attempts": 5}`` overrides the tool's.
+- ``tool_disabled``: ``{"tool": ...}`` refuses the tool for the runs the strategy matches.
+"""
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .sandbox import SandboxError, resolve
+from .tools import Tool
+
+KINDS = ("tool_precondition", "parameter_rule", "retry_policy", "tool_disabled")
+
+
+def check_guardrails(guardrails: Any) -> list[str]:
+    """What is wrong with a list of guardrails (empty when fine)."""
+    if not isinstance(guardrails, list):
+        return ["Guardrails must be a list."]
+    problems = []
+    for i, g in enumerate(guardrails, start=1):
+        if not isinstance(g, dict) or g.get("type") not in KINDS:
+            problems.append(f"Guardrail {i}: type must be one of {', '.join(KINDS)}.")
+            continue
+        if not isinstance(g.get("tool"), str) or not g["tool"]:
+            problems.append(f"Guardrail {i}: name the tool it applies to.")
+        if g["type"] == "tool_precondition" and not isinstance(g.get("requires"), str):
+            problems.append(f"Guardrail {i}: a precondition needs 'requires' (a tool name).")
+        if g["type"] == "parameter_rule":
+            if not isinstance(g.get("param"), str):
+                problems.append(f"Guardrail {i}: a parameter rule needs 'param'.")
+            if "pattern" in g:
+                try:
+                    re.compile(g["pattern"])
+                except (re.error, TypeError):
+                    problems.append(f"Guardrail {i}: 'pattern' is not a valid regular expression.")
+            elif g.get("action") != "resolve_in_workspace":
+                problems.append(f"Guardrail {i}: give a 'pattern' or action 'resolve_in_workspace'.")
+        if g["type"] == "retry_policy":
+            for key in ("timeout", "max_attempts"):
+                if key in g and (not isinstance(g[key], int | float) or g[key] <= 0):
+                    problems.append(f"Guardrail {i}: {key} must be a positive number.")
+    return problems
+
+
+@dataclass
+class Decision:
+    """What the engine does with one call: refuse it, or run it (possibly with new arguments)."""
+
+    refusal: str = ""
+    arguments: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+class Guardrails:
+    def __init__(self, rules: list[dict], workspace: Path) -> None:
+        self.rules = [r for r in rules if isinstance(r, dict) and r.get("type") in KINDS]
+        self.workspace = workspace
+
+    def __bool__(self) -> bool:
+        return bool(self.rules)
+
+    def _for(self, tool: str, kind: str) -> list[dict]:
+        return [r for r in self.rules if r["type"] == kind and r.get("tool") == tool]
+
+    def tools(self, tools: dict[str, Tool]) -> dict[str, Tool]:
+        """The registry with disabled tools removed and retry policies applied."""
+        out = {}
+        for name, tool in tools.items():
+            if self._for(name, "tool_disabled"):
+                continue
+            for policy in self._for(name, "retry_policy"):
+                tool = replace(tool, timeout=float(policy.get("timeout", tool.timeout)),
+                               max_attempts=int(policy.get("max_attempts", tool.max_attempts)))  # fmt: skip
+            out[name] = tool
+        return out
+
+    def disabled(self, name: str) -> bool:
+        return bool(self._for(name, "tool_disabled"))
+
+    def check(self, name: str, raw_arguments: str, succeeded: set[str]) -> Decision:
+        """Apply the preconditions and parameter rules to a call before it runs."""
+        if self.disabled(name):
+            return Decision(refusal=f"Guardrail: {name} is disabled for this kind of task. Use another tool.")
+        for rule in self._for(name, "tool_precondition"):
+            if rule["requires"] not in succeeded:
+                return Decision(
+                    refusal=f"Guardrail: call {rule['requires']} successfully before {name} "
+                    f"(a rule learned from earlier failures)."
+                )
+        try:
+            arguments = json.loads(raw_arguments or "{}")
+        except json.JSONDecodeError:
+            return Decision(arguments=raw_arguments)  # the invoker reports the bad JSON
+        if not isinstance(arguments, dict):
+            return Decision(arguments=raw_arguments)
+        notes = []
+        for rule in self._for(name, "parameter_rule"):
+            value = arguments.get(rule["param"])
+            if not isinstance(value, str):
+                continue
+            if "pattern" in rule and not re.search(rule["pattern"], value):
+                return Decision(
+                    refusal=f"Guardrail: {rule['param']}={value!r} breaks the rule {rule['pattern']!r}"
+                    + (f" ({rule['message']})" if rule.get("message") else "")
+                    + "."
+                )
+            if rule.get("action") == "resolve_in_workspace":
+                found = self._resolve(value)
+                if found and found != value:
+                    notes.append(f"Guardrail: {rule['param']} {value!r} resolved to {found!r}.")
+                    arguments[rule["param"]] = found
+        return Decision(arguments=json.dumps(arguments), notes=notes)
+
+    def _resolve(self, path: str) -> str:
+        try:
+            if resolve(self.workspace, path).exists():
+                return path
+        except SandboxError:
+            return path  # the tool refuses it with the sandbox's own message
+        name = Path(path).name
+        candidates = [p for p in self.workspace.rglob(name) if p.is_file() and not p.is_symlink()][:2]
+        if len(candidates) != 1:
+            return path
+        return str(candidates[0].relative_to(self.workspace))

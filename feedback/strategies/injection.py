@@ -1,0 +1,69 @@
+"""Which strategies a run gets: every active one that matches its task, and each matching
+trial strategy in the arm the run is assigned to. The run records what it got."""
+
+import hashlib
+from dataclasses import dataclass, field
+
+from feedback.models import AppliedStrategy, Run, Strategy, StrategyVersion
+
+from .conditions import matches
+
+
+def trial_arm(strategy_id: int, run_id: int, fraction: float) -> str:
+    """Deterministic: the same run and strategy always land in the same arm."""
+    digest = hashlib.sha256(f"{strategy_id}:{run_id}".encode()).digest()
+    position = int.from_bytes(digest[:8], "big") / 2**64
+    return AppliedStrategy.Arm.TREATMENT if position < fraction else AppliedStrategy.Arm.CONTROL
+
+
+@dataclass
+class Injection:
+    guidance: list[str] = field(default_factory=list)
+    examples: list[str] = field(default_factory=list)
+    guardrails: list[dict] = field(default_factory=list)
+    applied: list[tuple[StrategyVersion, str]] = field(default_factory=list)
+
+    def add(self, version: StrategyVersion, arm: str) -> None:
+        self.applied.append((version, arm))
+        if arm == AppliedStrategy.Arm.CONTROL:
+            return
+        self.guidance.append(version.new_guidance)
+        if version.worked_example:
+            self.examples.append(version.worked_example)
+        self.guardrails.extend(g for g in version.guardrails if isinstance(g, dict))
+
+
+def select(run: Run, *, exclude: int | None = None) -> Injection:
+    """The strategies for a new run (``exclude``: leave one out, to show a prompt without it)."""
+    injection = Injection()
+    live = (
+        Strategy.objects.filter(status__in=[Strategy.Status.ACTIVE, Strategy.Status.TRIAL])
+        .exclude(current_version=None)
+        .select_related("current_version")
+        .order_by("pk")
+    )
+    for strategy in live:
+        version = strategy.current_version
+        if strategy.pk == exclude or not matches(version.condition, task_kind=run.task_kind, text=run.task.text):
+            continue
+        if strategy.status == Strategy.Status.ACTIVE:
+            arm = AppliedStrategy.Arm.ACTIVE
+        else:
+            arm = trial_arm(strategy.pk, run.pk, strategy.trial_fraction)
+        injection.add(version, arm)
+    return injection
+
+
+def recorded(run: Run) -> Injection:
+    """What a resumed run got when it started (its strategies may have changed since)."""
+    injection = Injection()
+    for applied in run.applied_strategies.select_related("strategy_version").order_by("pk"):
+        injection.add(applied.strategy_version, applied.arm)
+    return injection
+
+
+def record(run: Run, injection: Injection) -> None:
+    AppliedStrategy.objects.bulk_create(
+        [AppliedStrategy(run=run, strategy_version=v, arm=arm) for v, arm in injection.applied],
+        ignore_conflicts=True,
+    )
