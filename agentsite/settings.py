@@ -175,6 +175,8 @@ CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery
 # Fixed schedules (django-celery-beat copies them into the database, where staff can edit them).
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-runs": {"task": "feedback.tasks.runs_reap_stale_task", "schedule": 30.0},
+    "mine-failures": {"task": "feedback.tasks.strategies_mine_task", "schedule": 3600.0},
+    "check-trials": {"task": "feedback.tasks.strategy_trials_check_task", "schedule": 300.0},
 }
 
 # --- The agent -------------------------------------------------------------------------------
@@ -205,6 +207,21 @@ HTTP_GET_ALLOWED_HOSTS = env.list("HTTP_GET_ALLOWED_HOSTS", default=[])
 # A running run whose heartbeat is older than this lost its worker; the reaper re-queues it.
 RUN_HEARTBEAT_SECONDS = env.float("RUN_HEARTBEAT_SECONDS", default=5.0)
 RUN_STALE_AFTER_SECONDS = env.float("RUN_STALE_AFTER_SECONDS", default=60.0)
+
+# --- Strategies (layer 3) ----------------------------------------------------------------------
+STRATEGY_MINING_WINDOW_DAYS = env.int("STRATEGY_MINING_WINDOW_DAYS", default=30)
+STRATEGY_MIN_SUPPORT = env.int("STRATEGY_MIN_SUPPORT", default=5)
+# A run "failed" for mining when it failed or scored below this; "succeeded" at or above GOOD.
+STRATEGY_LOW_SCORE = env.float("STRATEGY_LOW_SCORE", default=0.5)
+STRATEGY_GOOD_SCORE = env.float("STRATEGY_GOOD_SCORE", default=0.7)
+# A pattern must be this much more frequent among failures than among successes.
+STRATEGY_MIN_LIFT = env.float("STRATEGY_MIN_LIFT", default=0.3)
+STRATEGY_TRIAL_FRACTION = env.float("STRATEGY_TRIAL_FRACTION", default=0.5)
+STRATEGY_TRIAL_MIN_SAMPLES = env.int("STRATEGY_TRIAL_MIN_SAMPLES", default=10)
+# Opt-in autonomy: proposals this well supported go to trial without a reviewer (never to active).
+STRATEGY_AUTONOMY = env.bool("STRATEGY_AUTONOMY", default=False)
+STRATEGY_AUTONOMY_MIN_SUPPORT = env.int("STRATEGY_AUTONOMY_MIN_SUPPORT", default=20)
+STRATEGY_AUTONOMY_MIN_CONFIDENCE = env.float("STRATEGY_AUTONOMY_MIN_CONFIDENCE", default=0.9)
 AGENT_MAX_SECONDS = env.int("AGENT_MAX_SECONDS", default=600)
 WORKSPACES_ROOT = Path(env.str("WORKSPACES_ROOT", default=str(VAR_DIR / "workspaces")))
 RUN_SANDBOXES_ROOT = Path(env.str("RUN_SANDBOXES_ROOT", default=str(VAR_DIR / "runs")))

@@ -23,3 +23,17 @@ def run_evaluate_task(run_id: int, expected_round: int | None = None) -> None:
     from feedback.evaluation.chain import evaluate_run
 
     evaluate_run(run_id, expected_round=expected_round)
+
+
+@shared_task(ignore_result=True, soft_time_limit=600)
+def strategies_mine_task(window_days: int | None = None) -> None:
+    from feedback.strategies.proposals import mine_and_propose
+
+    mine_and_propose(window_days)
+
+
+@shared_task(ignore_result=True)
+def strategy_trials_check_task() -> None:
+    from feedback.strategies.trials import check_trials
+
+    check_trials()
