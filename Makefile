@@ -11,7 +11,7 @@ LLM_VENV := .venv-llm
 LLM_PORT ?= 8080
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF
 
-.PHONY: run test lint clean local-llm local-llm-install
+.PHONY: run test lint clean local-llm local-llm-install demo-loop
 
 $(BIN)/python:
 	@py=$$(scripts/find-python) || exit 1; \
@@ -64,3 +64,9 @@ lint: $(VENV)/.test-deps
 
 clean:
 	rm -rf $(VENV) $(LLM_VENV) var
+
+# The feedback loop end to end on the offline model: before, trial, after (see the README).
+demo-loop: $(VENV)/.run-deps
+	$(BIN)/python manage.py migrate --noinput -v 0
+	$(BIN)/python manage.py seed_demo > /dev/null
+	LOG_LEVEL=ERROR $(BIN)/python manage.py demo_loop --auto-approve --tasks $(or $(TASKS),150)

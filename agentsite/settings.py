@@ -212,8 +212,8 @@ RUN_STALE_AFTER_SECONDS = env.float("RUN_STALE_AFTER_SECONDS", default=60.0)
 STRATEGY_MINING_WINDOW_DAYS = env.int("STRATEGY_MINING_WINDOW_DAYS", default=30)
 STRATEGY_MIN_SUPPORT = env.int("STRATEGY_MIN_SUPPORT", default=5)
 # A run "failed" for mining when it failed or scored below this; "succeeded" at or above GOOD.
-STRATEGY_LOW_SCORE = env.float("STRATEGY_LOW_SCORE", default=0.5)
-STRATEGY_GOOD_SCORE = env.float("STRATEGY_GOOD_SCORE", default=0.7)
+STRATEGY_LOW_SCORE = env.float("STRATEGY_LOW_SCORE", default=0.7)
+STRATEGY_GOOD_SCORE = env.float("STRATEGY_GOOD_SCORE", default=0.8)
 # A pattern must be this much more frequent among failures than among successes.
 STRATEGY_MIN_LIFT = env.float("STRATEGY_MIN_LIFT", default=0.3)
 STRATEGY_TRIAL_FRACTION = env.float("STRATEGY_TRIAL_FRACTION", default=0.5)

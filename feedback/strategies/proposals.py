@@ -12,6 +12,7 @@ import logging
 from django.conf import settings
 from django.db import transaction
 
+from feedback.agent.errors import normalise_message
 from feedback.agent.guardrails import check_guardrails
 from feedback.agent.llm import use_endpoint
 from feedback.models import Run, Step, Strategy, StrategyEvent, StrategyVersion
@@ -50,7 +51,7 @@ def _template(pattern: Pattern) -> tuple[str, str, str, str]:
     contrast = f"{pattern.succeeding_with} of {pattern.succeeding_total} succeeding ones"
     if pattern.kind == "error_signature":
         return (
-            f"{d['tool']} fails: {d['example_error'][:80]}",
+            f"{d['tool']} fails: {normalise_message(d['example_error'])[:80]}",
             f"{d['tool']} failed with {d['error_class']} ('{d['example_error'][:160]}') "
             f"in {share}, against {contrast}.",
             f"Calls {d['tool']} in a way that fails with: {d['example_error'][:200]}",

@@ -1,0 +1,159 @@
+"""The loop, demonstrated: a realistic workload on the offline model, before and after the
+strategy loop, with the figures that matter.
+
+Honest by construction: the offline model knows nothing about strategies. Whatever improves
+has to come from mechanisms that work with any model: guardrails the engine enforces, worked
+examples, re-planning. Runs execute in this process (no broker needed); the strategy decisions
+a reviewer would take are taken by the explicit, demo-only ``auto_approve`` rule: promote what
+the trial says improved, roll back the rest.
+"""
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.utils import timezone
+
+from feedback import metrics, roles
+from feedback.agent.loop import execute_run
+from feedback.agent.tools import ToolContext
+from feedback.agent.tools.text import analyze_text
+from feedback.demo import seed_workspace
+from feedback.evaluation.chain import evaluate_run
+from feedback.models import Run, Strategy, Task, Workspace
+
+from .proposals import mine_and_propose
+from .services import strategy_approve, strategy_promote, strategy_roll_back
+from .trials import check_trials, trial_stats
+
+
+@dataclass
+class Phase:
+    name: str
+    since: datetime
+    until: datetime
+    runs: int
+
+    def figures(self) -> dict:
+        window = metrics.Window(since=self.since, until=self.until)
+        errors = metrics.repeated_error_summary(window)
+        scores = metrics.score_summary(window)
+        interventions = metrics.intervention_summary(window)
+        return {
+            "runs": self.runs,
+            "average score": scores["avg_score"],
+            "success rate": scores["success_rate"],
+            "errors per run": (errors["errors"] or 0) / max(1, self.runs),
+            "repeated-error rate": errors["repeated_rate"],
+            "repeated errors per run": errors["repeated_per_run"],
+            "intervention rate": interventions["rate"],
+        }
+
+
+def _words(workspace: Workspace, path: str) -> int:
+    return analyze_text(ToolContext(run_id=0, workspace=workspace.path), path=path)["words"]
+
+
+def workload(rng: random.Random, n: int, workspace: Workspace) -> list[tuple[str, str, str]]:
+    """(kind, text, expected answer): what staff ask, with the answers a person would check."""
+    report, notes, release = (_words(workspace, p) for p in ("report.txt", "docs/meeting-notes.md",
+                                                             "docs/release-notes.txt"))  # fmt: skip
+    families = [
+        # The file is where the task says: the model succeeds.
+        (25, lambda: ("file_analysis", "Summarise report.txt and count its words", f"/\\b{report} words/")),
+        # The file sits in a sub-folder the task does not name: the model looks in the root only.
+        (13, lambda: ("file_analysis", "Summarise release-notes.txt and count its words", f"/\\b{release} words/")),
+        (12, lambda: ("file_analysis", "Count the words in meeting-notes.md", f"/\\b{notes} words/")),
+        (20, lambda: ("email_triage", "Classify the emails in inbox/ and flag the urgent ones", "/3 urgent/")),
+        (20, lambda: _sum(rng)),
+        # Numbers in words: beyond the rule-based model, whatever the strategies say.
+        (10, lambda: ("arithmetic", f"What is {rng.choice(['seven', 'twelve', 'forty'])} plus nine?", "")),
+    ]
+    weights = [w for w, _ in families]
+    return [rng.choices(families, weights)[0][1]() for _ in range(n)]
+
+
+def _sum(rng: random.Random) -> tuple[str, str, str]:
+    a, b, c = rng.randint(2, 99), rng.randint(2, 99), rng.randint(2, 9)
+    return "arithmetic", f"What is ({a} + {b}) * {c}?", str((a + b) * c)
+
+
+def run_phase(name: str, items: list[tuple[str, str, str]], user, workspace: Workspace) -> Phase:
+    since = timezone.now()
+    for kind, text, expected in items:
+        task = Task.objects.create(text=text, kind=kind, expected_answer=expected, workspace=workspace, created_by=user)
+        run = Run.objects.create(task=task, task_kind=kind)
+        execute_run(run.pk)
+        evaluate_run(run.pk)  # idempotent: the task queued when the run ended finds it done
+    return Phase(name, since, timezone.now(), len(items))
+
+
+def _demo_reviewer():
+    user, created = get_user_model().objects.get_or_create(username="demo-loop")
+    if created:
+        user.set_unusable_password()  # an actor in the audit log, never a login
+        user.save()
+    roles.ensure_groups()
+    user.groups.add(Group.objects.get(name=roles.REVIEWER))
+    return get_user_model().objects.get(pk=user.pk)  # fresh permission cache
+
+
+def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bool = False,
+                  out: Callable[[str], None] = print) -> dict:  # fmt: skip
+    rng = random.Random(seed)
+    workspace = seed_workspace()
+    user = get_user_model().objects.filter(username="staff").first()
+    out(f"Phase 1: {tasks_per_phase} tasks with no live strategy (offline demo model)...")
+    before = run_phase("before", workload(rng, tasks_per_phase, workspace), user, workspace)
+
+    proposed = mine_and_propose()
+    out(f"Mining proposed or reinforced {len(proposed)} strateg(ies):")
+    for s in proposed:
+        out(
+            f"  #{s.pk} [{s.pattern_kind}] {s.title} (support {s.support}, guardrails {len(s.current_version.guardrails)})"
+        )
+    if not auto_approve:
+        out("Stopping here: approve strategies in the browser (or pass --auto-approve, demo only).")
+        return {"before": before.figures(), "proposed": [s.pk for s in proposed]}
+
+    reviewer = _demo_reviewer()
+    for s in Strategy.objects.filter(status=Strategy.Status.PROPOSED):
+        strategy_approve(strategy=s, reviewer=reviewer, reason="demo-loop --auto-approve", trial_fraction=0.5)
+    out(f"Phase 2: {tasks_per_phase} tasks with the proposals on trial (half the matching runs each)...")
+    trial = run_phase("trial", workload(rng, tasks_per_phase, workspace), user, workspace)
+    rolled = check_trials()
+    decisions = []
+    for s in Strategy.objects.filter(status=Strategy.Status.TRIAL):
+        stats = trial_stats(s)
+        summary = f"n={stats.treatment.n}/{stats.control.n}, difference {stats.difference or 0:+.3f}"
+        if stats.recommendation == "promote":
+            strategy_promote(strategy=s, reviewer=reviewer, reason=f"demo-loop: improved ({summary})",
+                             trial=stats.as_json())  # fmt: skip
+            decisions.append(f"  promoted     #{s.pk} {s.title} ({summary})")
+        else:
+            strategy_roll_back(strategy=s, reviewer=reviewer, trial=stats.as_json(),
+                               reason=f"demo-loop: {stats.recommendation.replace('_', ' ')} ({summary})")  # fmt: skip
+            decisions.append(f"  rolled back  #{s.pk} {s.title} ({stats.recommendation}; {summary})")
+    decisions += [f"  auto-rolled back #{pk} (significant harm)" for pk in rolled]
+    out("Trial decisions:\n" + "\n".join(decisions or ["  (none on trial)"]))
+
+    out(f"Phase 3: {tasks_per_phase} tasks with the promoted strategies active...")
+    after = run_phase("after", workload(rng, tasks_per_phase, workspace), user, workspace)
+    figures = {"before": before.figures(), "trial": trial.figures(), "after": after.figures()}
+    out(format_figures(figures))
+    return figures
+
+
+def format_figures(figures: dict) -> str:
+    names = list(figures)
+    rows = [f"{'':<26}" + "".join(f"{n:>12}" for n in names)]
+    for key in figures[names[0]]:
+        cells = []
+        for n in names:
+            value = figures[n][key]
+            cells.append("—" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value)))
+        rows.append(f"{key:<26}" + "".join(f"{c:>12}" for c in cells))
+    return "\n".join(rows)
