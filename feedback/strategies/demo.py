@@ -112,9 +112,8 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
     proposed = mine_and_propose()
     out(f"Mining proposed or reinforced {len(proposed)} strateg(ies):")
     for s in proposed:
-        out(
-            f"  #{s.pk} [{s.pattern_kind}] {s.title} (support {s.support}, guardrails {len(s.current_version.guardrails)})"
-        )
+        guardrails = len(s.current_version.guardrails)
+        out(f"  #{s.pk} [{s.pattern_kind}] {s.title} (support {s.support}, guardrails {guardrails})")
     if not auto_approve:
         out("Stopping here: approve strategies in the browser (or pass --auto-approve, demo only).")
         return {"before": before.figures(), "proposed": [s.pk for s in proposed]}

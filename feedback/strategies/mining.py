@@ -278,6 +278,7 @@ def _keyword_rows(since) -> list[tuple]:
 
 
 def _keywords(since, totals) -> list[Pattern]:
+    """Over-represented words; words that mark exactly the same failing runs make one pattern."""
     patterns = []
     for kind, word, failing, succeeding in _keyword_rows(since):
         word = word.strip(".-_")
@@ -301,4 +302,13 @@ def _keywords(since, totals) -> list[Pattern]:
                 .order_by("pk")[:EVIDENCE_LIMIT]
             )
             patterns.append(pattern)
-    return patterns
+    grouped: dict[tuple, Pattern] = {}
+    for pattern in sorted(patterns, key=lambda p: p.details["keyword"]):
+        same = grouped.setdefault((pattern.task_kind, tuple(pattern.evidence)), pattern)
+        if same is not pattern:
+            same.details.setdefault("keywords", [same.details["keyword"]]).append(pattern.details["keyword"])
+    merged = list(grouped.values())
+    for pattern in merged:
+        words = pattern.details.setdefault("keywords", [pattern.details["keyword"]])
+        pattern.key = f"task_keywords:{pattern.task_kind}:{'+'.join(words)}"
+    return merged

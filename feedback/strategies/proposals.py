@@ -74,11 +74,12 @@ def _template(pattern: Pattern) -> tuple[str, str, str, str]:
             f"Answers draw this feedback: {d['feedback'][:200]}",
             f"In {kind} tasks, make sure the final answer addresses: {d['feedback'][:200]}",
         )
+    words = " / ".join(f"'{w}'" for w in d["keywords"])
     return (
-        f"{kind.capitalize()} tasks mentioning '{d['keyword']}'",
-        f"Tasks mentioning '{d['keyword']}' fail in {share}, against {contrast}.",
-        f"Treats tasks mentioning '{d['keyword']}' like any other.",
-        f"Tasks mentioning '{d['keyword']}' often fail: look at the workspace first and check each "
+        f"{kind.capitalize()} tasks mentioning {words}",
+        f"Tasks mentioning {words} fail in {share}, against {contrast}.",
+        f"Treats tasks mentioning {words} like any other.",
+        f"Tasks mentioning {words} often fail: look at the workspace first and check each "
         "tool result before relying on it.",
     )
 
@@ -135,21 +136,24 @@ def propose(patterns: list[Pattern]) -> list[Strategy]:
     """Create or merge one strategy per pattern; returns those created or whose support rose."""
     touched = []
     for pattern in patterns:
-        strategy = _merge(pattern) or _create(pattern)
+        known, strategy = _merge(pattern)
+        if not known:
+            strategy = _create(pattern)
         if strategy is not None:
             touched.append(strategy)
     return touched
 
 
-def _merge(pattern: Pattern) -> Strategy | None:
+def _merge(pattern: Pattern) -> tuple[bool, Strategy | None]:
+    """(whether the pattern is already a strategy, that strategy if its support rose)."""
     with transaction.atomic():
         strategy = Strategy.objects.select_for_update().filter(pattern_key=pattern.key[:200]).first()
         if strategy is None:
-            return None
+            return False, None
         known = set(strategy.evidence.values_list("pk", flat=True))
         new = [pk for pk in pattern.evidence if pk not in known]
         if not new:
-            return None
+            return True, None
         strategy.evidence.add(*new)
         strategy.support += len(new)
         strategy.confidence = round(pattern.confidence, 3)
@@ -161,14 +165,14 @@ def _merge(pattern: Pattern) -> Strategy | None:
             reason=f"Mined again: {len(new)} new failing run(s); support now {strategy.support}.",
             snapshot=pattern.contrast(),
         )  # fmt: skip
-    return strategy
+    return True, strategy
 
 
 def _create(pattern: Pattern) -> Strategy | None:
     title, pattern_text, old, guidance = _written_by_model(pattern, _template(pattern))
     condition = {"task_kinds": [pattern.task_kind]}
     if pattern.kind == "task_keywords":
-        condition["keywords"] = [pattern.details["keyword"]]
+        condition["keywords"] = pattern.details["keywords"]
     guardrails = _guardrails(pattern)
     if check_condition(condition) or check_guardrails(guardrails):
         logger.error("mined an invalid strategy for %s; skipped", pattern.key)
