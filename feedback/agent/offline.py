@@ -228,7 +228,8 @@ class OfflineDemoModel:
             base = path.rsplit("/", 1)[-1]
             listing = listings[-1]
             candidates = [e["name"] for e in listing.result["entries"] if e["type"] == "file" and e["name"] == base]
-            tried = {o.arguments.get("path") for o in reads}
+            # A path refused for another reason than "not there" is worth reading once it is seen.
+            tried = {o.arguments.get("path") for o in reads if "No such file" in o.error}
             prefix = listing.arguments.get("path", ".").strip("./")
             options = [f"{prefix}/{c}" if prefix else c for c in candidates]
             options = [o for o in options if o not in tried]

@@ -1,0 +1,132 @@
+import pytest
+
+from feedback.agent.loop import execute_run
+from feedback.models import AppliedStrategy, Run, Strategy, Task
+from feedback.strategies.injection import trial_arm
+from feedback.strategies.trials import check_trials, compare, t_quantile, trial_stats, welch
+
+from .factories import make_run
+from .test_strategy_lifecycle import make_strategy
+
+
+def test_welch_matches_a_hand_computation():
+    # Means 0.85 and 0.5; sample variances 0.05/3 and 0.02/3; se = sqrt(0.0041667 + 0.0016667)
+    # = 0.076376; Welch df = 5.069; t(0.975, 5.07) = 2.5635 -> half-width 0.19579.
+    diff, low, high = welch([0.9, 0.8, 1.0, 0.7], [0.5, 0.6, 0.4, 0.5])
+    assert diff == pytest.approx(0.35)
+    assert low == pytest.approx(0.35 - 0.19579, abs=2e-3)
+    assert high == pytest.approx(0.35 + 0.19579, abs=2e-3)
+
+
+@pytest.mark.parametrize(("df", "expected"), [(5, 2.5706), (10, 2.2281), (30, 2.0423), (1000, 1.9623)])
+def test_t_quantiles_match_the_tables(df, expected):
+    assert t_quantile(0.975, df) == pytest.approx(expected, abs=1e-3)
+
+
+def test_recommendations(settings):
+    settings.STRATEGY_TRIAL_MIN_SAMPLES = 5
+    better = compare([0.9, 0.95, 0.85, 0.9, 0.92, 0.88], [0.5, 0.55, 0.6, 0.45, 0.5, 0.52])
+    worse = compare([0.3, 0.35, 0.25, 0.3, 0.32, 0.28], [0.8, 0.85, 0.75, 0.8, 0.82, 0.78])
+    same = compare([0.5, 0.9, 0.1, 0.7, 0.3, 0.6], [0.6, 0.2, 0.8, 0.4, 0.5, 0.7])
+    few = compare([0.9, 0.9], [0.1, 0.1, 0.2])
+    assert (better.recommendation, better.improved) == ("promote", True)
+    assert (worse.recommendation, worse.harmed) == ("roll_back", True)
+    assert same.recommendation == "no_effect" and not same.improved and not same.harmed
+    assert few.recommendation == "collect_more" and few.ci_low is None
+
+
+def test_arms_are_deterministic_and_near_the_fraction():
+    arms = [trial_arm(7, run_id, 0.3) for run_id in range(2000)]
+    assert arms == [trial_arm(7, run_id, 0.3) for run_id in range(2000)]
+    assert 0.27 < arms.count("treatment") / 2000 < 0.33
+
+
+def _trial_with(scores_t, scores_c):
+    s = make_strategy(status="trial")
+    for arm, scores in (("treatment", scores_t), ("control", scores_c)):
+        for score in scores:
+            run = make_run(status=Run.Status.SUCCEEDED, score=score)
+            AppliedStrategy.objects.create(run=run, strategy_version=s.current_version, arm=arm)
+    return s
+
+
+@pytest.mark.django_db
+def test_a_planted_improvement_is_recommended_for_promotion(settings):
+    settings.STRATEGY_TRIAL_MIN_SAMPLES = 10
+    s = _trial_with([0.9, 0.85, 0.95] * 4, [0.5, 0.6, 0.55] * 4)
+    stats = trial_stats(s)
+    assert (stats.treatment.n, stats.control.n) == (12, 12)
+    assert stats.treatment.mean == pytest.approx(0.9) and stats.control.mean == pytest.approx(0.55)
+    assert stats.recommendation == "promote"
+    assert check_trials() == []
+    s.refresh_from_db()
+    assert s.status == "trial"  # promotion waits for a reviewer
+
+
+@pytest.mark.django_db
+def test_a_planted_harm_is_rolled_back_automatically(settings):
+    settings.STRATEGY_TRIAL_MIN_SAMPLES = 10
+    s = _trial_with([0.3, 0.4, 0.35] * 4, [0.8, 0.9, 0.85] * 4)
+    assert check_trials() == [s.pk]
+    s.refresh_from_db()
+    assert s.status == "rolled_back"
+    event = s.events.get()
+    assert event.action == "auto_roll_back" and event.actor is None
+    assert event.reason.startswith("Automatic roll-back: treatment scores -0.500 against control")
+    assert event.snapshot["trial"]["harmed"] is True
+
+
+@pytest.mark.django_db
+class TestInjection:
+    def _active(self, **version):
+        s = make_strategy(status="active")
+        for field, value in version.items():
+            setattr(s.current_version, field, value)
+        s.current_version.save()
+        return s
+
+    def test_a_matching_run_gets_the_guidance_and_the_guardrail(self, demo_workspace):
+        s = self._active(guardrails=[{"type": "parameter_rule", "tool": "read_text_file", "param": "path",
+                                      "action": "resolve_in_workspace"}])  # fmt: skip
+        run = make_run(text="Summarise release-notes.txt", kind=Task.Kind.FILE_ANALYSIS, workspace=demo_workspace)
+        execute_run(run.pk)
+        run.refresh_from_db()
+        assert "Lessons from earlier runs (follow them):\n- Use exact paths." in run.system_prompt
+        applied = run.applied_strategies.get()
+        assert (applied.strategy_version, applied.arm) == (s.current_version, "active")
+        read = run.steps.get(tool_name="read_text_file")
+        assert read.success and read.arguments == {"path": "docs/release-notes.txt"}
+        assert "resolved to 'docs/release-notes.txt'" in read.thought
+        assert "It has" in run.final_output
+
+    def test_a_non_matching_run_gets_neither(self, demo_workspace):
+        self._active(guardrails=[{"type": "tool_disabled", "tool": "calculator"}])
+        run = make_run(text="What is 2 + 3?", kind=Task.Kind.ARITHMETIC)
+        execute_run(run.pk)
+        run.refresh_from_db()
+        assert "Lessons from earlier runs" not in run.system_prompt
+        assert not run.applied_strategies.exists()
+        assert run.steps.get(tool_name="calculator").success
+
+    def test_the_control_arm_is_recorded_but_not_applied(self, demo_workspace):
+        s = make_strategy(status="trial", trial_fraction=0.5)
+        arms = {}
+        for _ in range(12):
+            run = make_run(text="Summarise report.txt", kind=Task.Kind.FILE_ANALYSIS, workspace=demo_workspace)
+            execute_run(run.pk)
+            run.refresh_from_db()
+            arm = run.applied_strategies.get(strategy_version__strategy=s).arm
+            arms.setdefault(arm, []).append("Use exact paths." in run.system_prompt)
+        assert set(arms) == {"treatment", "control"}
+        assert all(arms["treatment"]) and not any(arms["control"])
+
+    def test_a_disabled_tool_and_a_precondition_are_enforced(self, demo_workspace):
+        self._active(guardrails=[{"type": "tool_precondition", "tool": "read_text_file", "requires": "list_directory"}])
+        run = make_run(text="Summarise report.txt", kind=Task.Kind.FILE_ANALYSIS, workspace=demo_workspace)
+        execute_run(run.pk)
+        run.refresh_from_db()
+        first_read = run.steps.filter(tool_name="read_text_file").order_by("index").first()
+        assert first_read.success is False and first_read.error_class == "GuardrailRefused"
+        assert "call list_directory successfully before read_text_file" in first_read.error
+        assert run.steps.filter(tool_name="read_text_file", success=True).exists()  # after listing
+        assert Strategy.objects.count() == 1
