@@ -1,3 +1,5 @@
+import json
+
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
@@ -67,3 +69,66 @@ class MetricsFilterForm(forms.Form):
         choices=[(7, _("7 days")), (30, _("30 days")), (90, _("90 days")), (365, _("365 days"))],
     )
     granularity = forms.ChoiceField(label=_("Per"), required=False, choices=[("day", _("day")), ("week", _("week"))])
+
+
+class StrategyDecisionForm(forms.Form):
+    ACTIONS = [("approve", _("Approve for trial")), ("reject", _("Reject")), ("promote", _("Promote")),
+               ("roll_back", _("Roll back"))]  # fmt: skip
+    action = forms.ChoiceField(choices=ACTIONS)
+    reason = forms.CharField(label=_("Reason"), max_length=2000, required=False)
+    trial_fraction = forms.FloatField(
+        label=_("Share of matching runs in the treatment arm"), min_value=0.05, max_value=0.95, required=False
+    )
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("action") in ("reject", "roll_back") and not (data.get("reason") or "").strip():
+            self.add_error("reason", _("Say why."))
+        return data
+
+
+class _JSONField(forms.CharField):
+    widget = forms.Textarea(attrs={"rows": 4, "spellcheck": "false"})
+
+    def to_python(self, value):
+        text = super().to_python(value)
+        try:
+            return json.loads(text or "null")
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(_("Not valid JSON: %(error)s") % {"error": exc.msg}) from exc
+
+
+class StrategyEditForm(forms.Form):
+    pattern = forms.CharField(label=_("Pattern"), max_length=4000, widget=forms.Textarea(attrs={"rows": 2}))
+    old_behaviour = forms.CharField(
+        label=_("Old behaviour"), max_length=4000, required=False, widget=forms.Textarea(attrs={"rows": 2})
+    )
+    new_guidance = forms.CharField(label=_("New guidance"), max_length=4000, widget=forms.Textarea(attrs={"rows": 3}))
+    condition = _JSONField(label=_("Applicable condition (JSON)"), max_length=4000, required=False)
+    guardrails = _JSONField(label=_("Guardrails (JSON list)"), max_length=8000, required=False)
+    worked_example = forms.CharField(
+        label=_("Worked example"), max_length=4000, required=False, widget=forms.Textarea(attrs={"rows": 4})
+    )
+    reason = forms.CharField(label=_("Why this edit"), max_length=2000, required=False)
+
+    def clean_condition(self):
+        from feedback.strategies.conditions import check_condition
+
+        value = self.cleaned_data["condition"] or {}
+        problems = check_condition(value)
+        if problems:
+            raise forms.ValidationError(problems)
+        return value
+
+    def clean_guardrails(self):
+        from feedback.agent.guardrails import check_guardrails
+
+        value = self.cleaned_data["guardrails"] or []
+        problems = check_guardrails(value)
+        if problems:
+            raise forms.ValidationError(problems)
+        return value
+
+
+class MiningScheduleForm(forms.Form):
+    every_minutes = forms.IntegerField(label=_("Mine failures every (minutes)"), min_value=1, max_value=7 * 24 * 60)

@@ -37,3 +37,14 @@ def strategy_trials_check_task() -> None:
     from feedback.strategies.trials import check_trials
 
     check_trials()
+
+
+@shared_task(ignore_result=True, soft_time_limit=900)
+def demo_loop_task(tasks_per_phase: int = 60) -> None:
+    from django.core.cache import cache
+
+    from feedback.strategies.demo import run_demo_loop
+
+    lines: list[str] = []
+    run_demo_loop(tasks_per_phase=tasks_per_phase, auto_approve=True, out=lines.append)
+    cache.set("demo-loop:last-report", "\n".join(lines), 7 * 24 * 3600)

@@ -14,6 +14,12 @@ urlpatterns = [
     path("review/", evaluation.review_queue, name="feedback-review-queue"),
     path("metrics/", metrics.metrics_page, name="feedback-metrics"),
     path("strategies/", strategies.strategy_list, name="feedback-strategy-list"),
+    path("strategies/mine/", strategies.strategies_mine, name="feedback-strategies-mine"),
+    path("strategies/schedule/", strategies.strategies_schedule, name="feedback-strategies-schedule"),
+    path("strategies/demo-loop/", strategies.strategies_demo_loop, name="feedback-strategies-demo-loop"),
+    path("strategies/<int:strategy_id>/", strategies.strategy_detail, name="feedback-strategy-detail"),
+    path("strategies/<int:strategy_id>/decide/", strategies.strategy_decide, name="feedback-strategy-decide"),
+    path("strategies/<int:strategy_id>/edit/", strategies.strategy_edit, name="feedback-strategy-edit"),
     path("confirmations/", confirmations.confirmation_list, name="feedback-confirmation-list"),
     path(
         "confirmations/<int:confirmation_id>/decide/",

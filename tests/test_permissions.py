@@ -24,6 +24,13 @@ ACCESS = [
     ("feedback-run-rerun", "post", "run", [LOGIN, 403, 403, 403, 403]),
     ("feedback-strategy-list", "get", None, [LOGIN, 403, 403, 200, 200]),
     ("feedback-confirmation-list", "get", None, [LOGIN, 403, 403, 200, 200]),
+    ("feedback-strategy-detail", "get", "strategy", [LOGIN, 403, 403, 200, 200]),
+    ("feedback-strategy-decide", "post", "strategy", [LOGIN, 403, 403, 403, 302]),
+    ("feedback-strategy-edit", "post", "strategy", [LOGIN, 403, 403, 403, 400]),
+    ("feedback-strategies-mine", "post", None, [LOGIN, 403, 403, 403, 302]),
+    ("feedback-strategies-schedule", "post", None, [LOGIN, 403, 403, 403, 302]),
+    # Demo only: the suite runs on PostgreSQL, where the demo loop is refused to everyone.
+    ("feedback-strategies-demo-loop", "post", None, [LOGIN, 403, 403, 403, 403]),
     ("feedback-confirmation-decide", "post", "confirmation", [LOGIN, 403, 403, 403, 302]),
     ("feedback-run-score", "post", "run", [LOGIN, 403, 403, 403, 302]),
     ("feedback-run-reevaluate", "post", "run", [LOGIN, 403, 403, 403, 302]),
@@ -41,6 +48,10 @@ def others_run(db):
 def _kwargs(kind, run):
     if kind == "run":
         return {"run_id": run.pk}
+    if kind == "strategy":
+        from .test_strategy_lifecycle import make_strategy
+
+        return {"strategy_id": make_strategy().pk}
     if kind == "confirmation":
         from feedback.models import ToolConfirmation
 

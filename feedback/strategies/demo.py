@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.utils import timezone
@@ -121,9 +122,9 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
     reviewer = _demo_reviewer()
     for s in Strategy.objects.filter(status=Strategy.Status.PROPOSED):
         strategy_approve(strategy=s, reviewer=reviewer, reason="demo-loop --auto-approve", trial_fraction=0.5)
-    out(f"Phase 2: {tasks_per_phase} tasks with the proposals on trial (half the matching runs each)...")
-    trial = run_phase("trial", workload(rng, tasks_per_phase, workspace), user, workspace)
-    rolled = check_trials()
+    out("Phase 2: the proposals on trial, in batches until every trial has enough runs in each arm...")
+    trial, rolled = _trial_phase(rng, tasks_per_phase, user, workspace)
+    out(f"  {trial.runs} trial runs")
     decisions = []
     for s in Strategy.objects.filter(status=Strategy.Status.TRIAL):
         stats = trial_stats(s)
@@ -144,6 +145,26 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
     figures = {"before": before.figures(), "trial": trial.figures(), "after": after.figures()}
     out(format_figures(figures))
     return figures
+
+
+def _trial_phase(rng: random.Random, tasks_per_phase: int, user, workspace: Workspace) -> tuple[Phase, list[int]]:
+    """Like a patient reviewer: keep collecting runs while a trial is undecided, that is while
+    it has too few runs, or shows no significant effect yet on fewer than three times that."""
+    batch, limit = max(20, tasks_per_phase // 3), 8 * tasks_per_phase
+    enough = 3 * settings.STRATEGY_TRIAL_MIN_SAMPLES
+    since, done, rolled = timezone.now(), 0, []
+    while done < limit:
+        run_phase("trial", workload(rng, batch, workspace), user, workspace)
+        done += batch
+        rolled += check_trials()
+        undecided = [
+            s for s in Strategy.objects.filter(status=Strategy.Status.TRIAL)
+            if (stats := trial_stats(s)).recommendation == "collect_more"
+            or (stats.recommendation == "no_effect" and min(stats.treatment.n, stats.control.n) < enough)
+        ]  # fmt: skip
+        if not undecided:
+            break
+    return Phase("trial", since, timezone.now(), done), rolled
 
 
 def format_figures(figures: dict) -> str:

@@ -11,8 +11,7 @@ from .conditions import matches
 
 def trial_arm(strategy_id: int, run_id: int, fraction: float) -> str:
     """Deterministic: the same run and strategy always land in the same arm."""
-    digest = hashlib.sha256(f"{strategy_id}:{run_id}".encode()).digest()
-    position = int.from_bytes(digest[:8], "big") / 2**64
+    position = _position(strategy_id, run_id) / 2**64
     return AppliedStrategy.Arm.TREATMENT if position < fraction else AppliedStrategy.Arm.CONTROL
 
 
@@ -34,7 +33,12 @@ class Injection:
 
 
 def select(run: Run, *, exclude: int | None = None) -> Injection:
-    """The strategies for a new run (``exclude``: leave one out, to show a prompt without it)."""
+    """The strategies for a new run (``exclude``: leave one out, to show a prompt without it).
+
+    Every matching active strategy applies. Of the matching strategies on trial, a run takes
+    part in one only (chosen deterministically), so two trials never confound each other's
+    measurement; that one applies in the treatment arm and is withheld in the control arm.
+    """
     injection = Injection()
     live = (
         Strategy.objects.filter(status__in=[Strategy.Status.ACTIVE, Strategy.Status.TRIAL])
@@ -42,16 +46,23 @@ def select(run: Run, *, exclude: int | None = None) -> Injection:
         .select_related("current_version")
         .order_by("pk")
     )
+    trials = []
     for strategy in live:
         version = strategy.current_version
         if strategy.pk == exclude or not matches(version.condition, task_kind=run.task_kind, text=run.task.text):
             continue
         if strategy.status == Strategy.Status.ACTIVE:
-            arm = AppliedStrategy.Arm.ACTIVE
+            injection.add(version, AppliedStrategy.Arm.ACTIVE)
         else:
-            arm = trial_arm(strategy.pk, run.pk, strategy.trial_fraction)
-        injection.add(version, arm)
+            trials.append(strategy)
+    if trials:
+        strategy = trials[_position(0, run.pk) % len(trials)]
+        injection.add(strategy.current_version, trial_arm(strategy.pk, run.pk, strategy.trial_fraction))
     return injection
+
+
+def _position(salt: int, run_id: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{salt}:{run_id}".encode()).digest()[:8], "big")
 
 
 def recorded(run: Run) -> Injection:

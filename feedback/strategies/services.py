@@ -18,6 +18,9 @@ from feedback.models import Strategy, StrategyEvent, StrategyVersion
 
 from .conditions import check_condition
 
+_PAST = {"approve": "approved", "reject": "rejected", "promote": "promoted", "roll_back": "rolled back",
+         "auto_roll_back": "rolled back"}  # fmt: skip
+
 
 class IllegalTransition(Exception):
     """The strategy is not in a state that allows this action (maybe someone acted first)."""
@@ -49,7 +52,7 @@ def _transition(strategy_id: int, to: str, action: str, actor, reason: str, **ex
         )
         if not strategy.can_move_to(to):
             raise IllegalTransition(
-                f"A strategy that is {strategy.get_status_display().lower()} cannot be {action.replace('_', ' ')}d."
+                f"A strategy that is {strategy.get_status_display().lower()} cannot be {_PAST[action]}."
             )
         before = strategy.status
         strategy.status = to

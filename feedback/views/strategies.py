@@ -1,9 +1,27 @@
+"""The reviewer's pages: strategies, their evidence and trial, and every decision on them."""
+
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
+from django.core.cache import cache
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
 
 from feedback import selectors
+from feedback.forms import MiningScheduleForm, StrategyDecisionForm, StrategyEditForm
 from feedback.models import Strategy
+from feedback.strategies import schedule, services
+from feedback.strategies.trials import trial_stats
+
+DEMO_REPORT_KEY = "demo-loop:last-report"
+
+
+def _require_decider(request: HttpRequest) -> None:
+    if not request.user.has_perm("feedback.decide_strategy"):
+        raise PermissionDenied
 
 
 @permission_required("feedback.view_strategy", raise_exception=True)
@@ -14,5 +32,142 @@ def strategy_list(request: HttpRequest) -> HttpResponse:
         "strategies": selectors.strategy_list(status=status),
         "status": status,
         "statuses": Strategy.Status.choices,
+        "schedule_form": MiningScheduleForm(initial={"every_minutes": schedule.mining_every_minutes()}),
+        "demo_available": settings.EMBEDDED_DATABASE,
+        "demo_report": cache.get(DEMO_REPORT_KEY),
     }
     return render(request, "feedback/strategy_list.html", context)
+
+
+@permission_required("feedback.view_strategy", raise_exception=True)
+def strategy_detail(request: HttpRequest, strategy_id: int) -> HttpResponse:
+    strategy = selectors.strategy_detail(strategy_id)
+    version = strategy.current_version
+    edit_form = None
+    if version is not None and strategy.status == Strategy.Status.PROPOSED:
+        edit_form = StrategyEditForm(
+            initial={f: getattr(version, f) for f in services.EDITABLE_FIELDS}
+            | {"condition": _json(version.condition), "guardrails": _json(version.guardrails)}
+        )
+    context = {
+        "strategy": strategy,
+        "version": version,
+        "versions": strategy.versions.select_related("author").order_by("-number"),
+        "events": strategy.events.select_related("actor").order_by("-created_at", "-id"),
+        "evidence": strategy.evidence.select_related("task").order_by("-pk")[:50],
+        "diff": selectors.strategy_prompt_diff(strategy),
+        "trial": trial_stats(strategy) if strategy.trial_started_at else None,
+        "decision_form": StrategyDecisionForm(initial={"trial_fraction": strategy.trial_fraction}),
+        "edit_form": edit_form,
+    }
+    return render(request, "feedback/strategy_detail.html", context)
+
+
+def _json(value) -> str:
+    import json
+
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+@require_POST
+def strategy_decide(request: HttpRequest, strategy_id: int) -> HttpResponse:
+    _require_decider(request)
+    strategy = selectors.strategy_detail(strategy_id)
+    form = StrategyDecisionForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(errors))
+        return redirect("feedback-strategy-detail", strategy_id=strategy.pk)
+    action, reason = form.cleaned_data["action"], form.cleaned_data["reason"]
+    try:
+        if action == "approve":
+            services.strategy_approve(
+                strategy=strategy,
+                reviewer=request.user,
+                reason=reason,
+                trial_fraction=form.cleaned_data["trial_fraction"],
+            )
+        elif action == "reject":
+            services.strategy_reject(strategy=strategy, reviewer=request.user, reason=reason)
+        elif action == "promote":
+            stats = trial_stats(strategy).as_json() if strategy.trial_started_at else {}
+            services.strategy_promote(strategy=strategy, reviewer=request.user, reason=reason, trial=stats)
+        else:
+            stats = trial_stats(strategy).as_json() if strategy.trial_started_at else {}
+            services.strategy_roll_back(strategy=strategy, reviewer=request.user, reason=reason, trial=stats)
+    except services.IllegalTransition as exc:
+        messages.warning(request, str(exc))
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        strategy.refresh_from_db()
+        messages.success(request, _("Strategy #%(id)s is now %(status)s.") % {
+            "id": strategy.pk, "status": strategy.get_status_display().lower()})  # fmt: skip
+    return redirect("feedback-strategy-detail", strategy_id=strategy.pk)
+
+
+@require_POST
+def strategy_edit(request: HttpRequest, strategy_id: int) -> HttpResponse:
+    _require_decider(request)
+    strategy = selectors.strategy_detail(strategy_id)
+    form = StrategyEditForm(request.POST)
+    if form.is_valid():
+        content = {f: form.cleaned_data[f] for f in services.EDITABLE_FIELDS}
+        try:
+            version = services.strategy_edit(
+                strategy=strategy, editor=request.user, reason=form.cleaned_data["reason"], **content
+            )
+        except (services.IllegalTransition, ValidationError) as exc:
+            messages.error(request, str(exc) if isinstance(exc, services.IllegalTransition) else " ".join(exc.messages))
+        else:
+            messages.success(request, _("Saved as version %(n)s.") % {"n": version.number})
+            return redirect("feedback-strategy-detail", strategy_id=strategy.pk)
+    # Invalid: show the page again with what was typed and the errors, nothing lost.
+    context = {
+        "strategy": strategy,
+        "version": strategy.current_version,
+        "versions": strategy.versions.select_related("author").order_by("-number"),
+        "events": strategy.events.select_related("actor").order_by("-created_at", "-id"),
+        "evidence": strategy.evidence.select_related("task").order_by("-pk")[:50],
+        "diff": selectors.strategy_prompt_diff(strategy),
+        "trial": None,
+        "decision_form": StrategyDecisionForm(initial={"trial_fraction": strategy.trial_fraction}),
+        "edit_form": form,
+    }
+    return render(request, "feedback/strategy_detail.html", context, status=400)
+
+
+@require_POST
+def strategies_mine(request: HttpRequest) -> HttpResponse:
+    _require_decider(request)
+    from feedback.tasks import strategies_mine_task
+
+    strategies_mine_task.delay()
+    messages.success(request, _("Mining started: new proposals appear here when it is done."))
+    return redirect("feedback-strategy-list")
+
+
+@require_POST
+def strategies_schedule(request: HttpRequest) -> HttpResponse:
+    _require_decider(request)
+    form = MiningScheduleForm(request.POST)
+    if form.is_valid():
+        schedule.set_mining_every_minutes(form.cleaned_data["every_minutes"])
+        messages.success(
+            request, _("Mining now runs every %(n)s minute(s).") % {"n": form.cleaned_data["every_minutes"]}
+        )
+    else:
+        messages.error(request, _("Give a number of minutes between 1 and 10080."))
+    return redirect("feedback-strategy-list")
+
+
+@require_POST
+def strategies_demo_loop(request: HttpRequest) -> HttpResponse:
+    _require_decider(request)
+    if not settings.EMBEDDED_DATABASE:
+        raise PermissionDenied("The demo loop adds hundreds of runs: embedded demo only.")
+    from feedback.tasks import demo_loop_task
+
+    demo_loop_task.delay(60)
+    messages.success(request, _("The demo loop is running in the worker (about a minute); its figures appear here."))
+    return redirect("feedback-strategy-list")
