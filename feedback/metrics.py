@@ -292,3 +292,21 @@ def tool_stats(window: Window) -> list[dict]:
             row["p50_ms"] = percentile_cont(durations, 0.5)
             row["p95_ms"] = percentile_cont(durations, 0.95)
     return rows
+
+
+# --- strategies ----------------------------------------------------------------------------------
+def strategy_effectiveness(window: Window) -> dict:
+    """**Strategy effectiveness ratio**: strategies that finished their trial in the window with
+    a measured improvement (the 95% confidence interval of treatment minus control above zero,
+    recorded with the decision) / all strategies that finished a trial in the window (promoted,
+    rolled back by a reviewer, or rolled back automatically)."""
+    from feedback.models import StrategyEvent
+
+    finished = StrategyEvent.objects.filter(
+        created_at__gte=window.since,
+        created_at__lt=window.until,
+        from_status="trial",
+        action__in=[StrategyEvent.Action.PROMOTE, StrategyEvent.Action.ROLL_BACK, StrategyEvent.Action.AUTO_ROLL_BACK],
+    )
+    row = finished.aggregate(finished=Count("id"), improved=Count("id", filter=Q(snapshot__trial__improved=True)))
+    return {**row, "ratio": _rate(row["improved"], row["finished"])}

@@ -130,3 +130,24 @@ class TestInjection:
         assert "call list_directory successfully before read_text_file" in first_read.error
         assert run.steps.filter(tool_name="read_text_file", success=True).exists()  # after listing
         assert Strategy.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_the_effectiveness_ratio_counts_finished_trials(reviewer, client):
+    from feedback import metrics
+    from feedback.strategies import services
+
+    improved = make_strategy(status="trial")
+    services.strategy_promote(strategy=improved, reviewer=reviewer, trial={"improved": True})
+    flat = make_strategy(status="trial")
+    services.strategy_roll_back(strategy=flat, reviewer=reviewer, reason="no effect", trial={"improved": False})
+    harmful = make_strategy(status="trial")
+    services.strategy_roll_back(strategy=harmful, reviewer=None, reason="harm", automatic=True,
+                                trial={"improved": False, "harmed": True})  # fmt: skip
+    never_trialled = make_strategy(status="active")
+    services.strategy_roll_back(strategy=never_trialled, reviewer=reviewer, reason="obsolete")
+    summary = metrics.strategy_effectiveness(metrics.Window.last(1))
+    assert summary == {"finished": 3, "improved": 1, "ratio": pytest.approx(1 / 3)}
+    client.force_login(reviewer)
+    html = client.get("/metrics/").content.decode()
+    assert "1 of 3 finished trials improved scores" in html

@@ -55,7 +55,7 @@ def _template(pattern: Pattern) -> tuple[str, str, str, str]:
             f"{d['tool']} failed with {d['error_class']} ('{d['example_error'][:160]}') "
             f"in {share}, against {contrast}.",
             f"Calls {d['tool']} in a way that fails with: {d['example_error'][:200]}",
-            f"When calling {d['tool']} in {kind} tasks, avoid this failure: {d['example_error'][:200]} "
+            f"When calling {d['tool']} in {kind} tasks, avoid this failure: {d['example_error'][:200].rstrip('.')}. "
             "Check the arguments against what earlier observations showed (for file paths: list the "
             "directories, including sub-folders, and use the exact path).",
         )

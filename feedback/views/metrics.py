@@ -44,6 +44,7 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
         "score_summary": metrics.score_summary(window),
         "error_summary": metrics.repeated_error_summary(window),
         "intervention_summary": metrics.intervention_summary(window),
+        "strategy_summary": metrics.strategy_effectiveness(window),
         # The table lists the periods that had runs, newest first; the charts show every period.
         "rows": [row for row in zip(scores, errors, interventions, strict=True) if row[2]["runs"]][::-1],
         "tools": tools,
