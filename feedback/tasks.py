@@ -23,3 +23,11 @@ def run_evaluate_task(run_id: int, expected_round: int | None = None) -> None:
     from feedback.evaluation.chain import evaluate_run
 
     evaluate_run(run_id, expected_round=expected_round)
+
+
+@shared_task(ignore_result=True)
+def task_scheduled_run_task(task_id: int) -> None:
+    # Called by a django-celery-beat entry a person set in the task form.
+    from feedback.services import task_run_scheduled
+
+    task_run_scheduled(task_id=task_id)
