@@ -1,4 +1,4 @@
-from pathlib import PurePath
+import re
 
 from django import forms
 from django.core.files.uploadedfile import UploadedFile
@@ -10,6 +10,8 @@ from feedback.models import Run, Strategy, Task, Workspace
 UPLOAD_MAX_BYTES = 1024 * 1024
 UPLOAD_MAX_FILES = 10
 UPLOAD_EXTENSIONS = (".txt", ".md", ".csv", ".json", ".log")
+# Plain names only: no folders, no hidden files, nothing the sandbox would have to decode.
+SAFE_NAME = re.compile(r"^\w[\w .-]{0,99}$")
 
 # Per kind: what the form says about it and the example it shows (swapped in by htmx when the
 # kind changes). Kinds without an entry use "general".
@@ -59,7 +61,7 @@ def check_upload(upload: UploadedFile) -> None:
     """A text file of an allowed type and size, by its name AND its content: a renamed binary
     (an image called notes.txt) is refused too."""
     name = upload.name or ""
-    if PurePath(name).name != name or name.startswith(".") or not name.lower().endswith(UPLOAD_EXTENSIONS):
+    if not SAFE_NAME.match(name) or not name.lower().endswith(UPLOAD_EXTENSIONS):
         raise forms.ValidationError(
             _("%(name)s: only %(types)s files are accepted."),
             params={"name": name, "types": ", ".join(UPLOAD_EXTENSIONS)},
