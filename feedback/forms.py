@@ -210,7 +210,9 @@ class RunFilterForm(forms.Form):
         label=_("Error signature"), required=False, regex=r"^[0-9a-f]{4,40}$", max_length=40,
         error_messages={"invalid": _("An error signature is 4 to 40 hex digits.")},
     )  # fmt: skip
-    strategy = forms.ModelChoiceField(label=_("Strategy applied"), required=False, queryset=Strategy.objects.none())
+    strategy = forms.ModelChoiceField(
+        label=_("Strategy applied"), required=False, queryset=Strategy.objects.none(), empty_label=_("Any")
+    )
     since = forms.DateField(label=_("From"), required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(label=_("To"), required=False, widget=forms.DateInput(attrs={"type": "date"}))
     sort = forms.ChoiceField(
@@ -222,6 +224,7 @@ class RunFilterForm(forms.Form):
     def __init__(self, *args, **kwargs) -> None:
         from feedback.agent.tools import BUILTIN_TOOLS
 
+        kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         self.fields["tool"].choices = [("", _("Any")), *((name, name) for name in sorted(BUILTIN_TOOLS))]
         self.fields["strategy"].queryset = Strategy.objects.order_by("id")

@@ -10,6 +10,7 @@ from feedback.forms import RunFilterForm
 from feedback.models import Run
 
 RUNS_PER_PAGE = 50
+ADVANCED_FILTERS = ("score_min", "score_max", "tool", "error", "strategy", "since", "until")
 
 
 def evaluation_context(request: HttpRequest, run: Run) -> dict:
@@ -47,6 +48,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "form": form,
         "page": page,
         "filtered": any(v not in (None, "") for k, v in filters.items() if k != "sort"),
+        # The less used filters fold away unless one of them is set (or wrong).
+        "advanced": any(filters.get(k) not in (None, "") for k in ADVANCED_FILTERS) or bool(form.errors),
         "first_url": f"?{query.urlencode()}" if query else "?",
         "next_url": f"?{_with(query, after=page.next_cursor)}" if page.next_cursor else "",
         "is_later_page": bool(request.GET.get("after")),
