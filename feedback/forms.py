@@ -79,7 +79,7 @@ def check_upload(upload: UploadedFile) -> None:
 
 
 class TaskForm(forms.Form):
-    kind = forms.ChoiceField(label=_("Kind"), choices=Task.Kind.choices)
+    kind = forms.ChoiceField(label=_("Kind"), choices=Task.Kind.choices, initial=Task.Kind.GENERAL)
     text = forms.CharField(
         label=_("Task"),
         max_length=Task.TEXT_MAX_LENGTH,

@@ -173,6 +173,8 @@ def test_a_sub_agent_run_expands_in_place_and_long_traces_load_on_scroll(page, l
 
 
 def test_the_interface_switches_to_simplified_chinese(page, live_server, demo, screenshot):
+    make_run(text="Summarise report.txt and count its words", kind=Task.Kind.FILE_ANALYSIS, status="succeeded")
+    make_run(text="总结 docs/meeting-notes.md 的要点", kind=Task.Kind.GENERAL, status="failed", score=0.2)
     log_in(page, live_server, "reviewer", demo["reviewer"])
     expect(page.get_by_role("link", name="Review queue")).to_be_visible()
     page.get_by_label("Language").select_option("zh-hans")
