@@ -108,3 +108,35 @@ def test_empty_states(client, reviewer):
 def test_missing_run_is_404(client, operator):
     client.force_login(operator)
     assert client.get(reverse("feedback-run-detail", args=[987654])).status_code == 404
+
+
+def test_html_in_the_task_and_in_live_fragments_is_text(client, operator):
+    evil = '<script>alert("task")</script>'
+    run = make_run(status=Run.Status.RUNNING, text=evil)
+    child = make_run(status=Run.Status.SUCCEEDED, text=evil, parent=run)
+    Step.objects.create(
+        run=run,
+        index=0,
+        kind=Step.Kind.TOOL_CALL,
+        tool_name="<b>tool</b>",
+        error="<img src=x onerror=1>",
+        result={"html": "<iframe src=javascript:alert(1)>"},
+        success=False,
+    )
+    client.force_login(operator)
+    htmx = {"HX-Request": "true"}
+    url = reverse("feedback-run-detail", args=[run.pk])
+    pages = [
+        client.get(url).content.decode(),
+        client.get(url, {"after": -1}, headers=htmx).content.decode(),
+        client.get(reverse("feedback-run-detail", args=[child.pk]), {"part": "child"}, headers=htmx).content.decode(),
+    ]
+    for html in pages:
+        assert "<script>alert" not in html and "<img src=x" not in html and "<iframe" not in html
+        assert "<b>tool</b>" not in html
+    assert "&lt;script&gt;alert(&quot;task&quot;)&lt;/script&gt;" in pages[0] + pages[2]
+    assert "&lt;img src=x onerror=1&gt;" in pages[1]
+    assert "&lt;b&gt;tool&lt;/b&gt;" in pages[1]
+    # The JSON download is JSON, never HTML a browser would render.
+    response = client.get(reverse("feedback-run-trace-json", args=[run.pk]))
+    assert response["Content-Type"] == "application/json"
