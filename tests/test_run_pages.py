@@ -37,7 +37,7 @@ def test_an_active_run_appends_new_steps_and_stops_polling_when_it_ends(client, 
     page = client.get(url).content.decode()
     assert "<html" in page and page.count('class="step ') == 1
     # The trace's tail polls for the steps after the last one shown.
-    assert f'id="trace-tail-{run.pk}"' in page and '?after=0" hx-trigger="every 1s"' in page
+    assert f'id="trace-tail-{run.pk}"' in page and '?after=0&amp;seen=running" hx-trigger="every 1s"' in page
     htmx = {"HX-Request": "true"}
     assert client.get(url, {"after": 0}, headers=htmx).content.decode().count('class="step ') == 0
 
@@ -47,13 +47,16 @@ def test_an_active_run_appends_new_steps_and_stops_polling_when_it_ends(client, 
     assert fragment.count('class="step ') == 1 and f'id="run-{run.pk}-step-1"' in fragment
     assert "Thinking about" not in fragment  # only the new step, not a re-render
     assert "&lt;i&gt;" in fragment
-    assert f'id="run-summary-{run.pk}" aria-live="polite"\n  hx-swap-oob="outerHTML"' in fragment
-    assert '?after=1" hx-trigger="every 1s"' in fragment  # the tail moves on
+    assert f'id="run-summary-{run.pk}"\n  hx-swap-oob="outerHTML"' in fragment
+    assert '?after=1&amp;seen=running" hx-trigger="every 1s"' in fragment  # the tail moves on
+    assert "run-announce" not in fragment  # no change of status: nothing to announce
 
     Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED, finished_at=timezone.now(), final_output="4")
     fragment = client.get(url, {"after": 1}, headers=htmx).content.decode()
     assert "every 1s" not in fragment and "trace-tail" not in fragment  # ended: polling stops
     assert "Succeeded" in fragment and 'id="final-output"' in fragment
+    fragment = client.get(url, {"after": 1, "seen": "running"}, headers=htmx).content.decode()
+    assert f'<span id="run-announce-{run.pk}" hx-swap-oob="innerHTML">Run #{run.pk}: Succeeded</span>' in fragment
 
 
 def test_the_summary_alone_is_the_htmx_answer_without_after(client, operator):

@@ -79,6 +79,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         # The run was read before its steps, so an ended run's last steps are all in this page.
         trace = selectors.trace_page(run, after=_int(request.GET["after"]))
         context = {**_summary_context(request, run, nested=nested, trace=trace), "oob": True}
+        context["seen"] = request.GET.get("seen", "")
         return render(request, template + "#trace-more", context)
     if request.htmx and part != "child":
         # The summary polling itself (while the trace's tail is not the live poller).
