@@ -1,13 +1,86 @@
 import json
+import re
 
 from django import forms
+from django.core.files.uploadedfile import UploadedFile
 from django.utils.translation import gettext_lazy as _
 
-from feedback.models import Task, Workspace
+from feedback.models import Run, Strategy, Task, Workspace
+
+# Uploads go into the run's workspace, where the agent's text tools read them.
+UPLOAD_MAX_BYTES = 1024 * 1024
+UPLOAD_MAX_FILES = 10
+UPLOAD_EXTENSIONS = (".txt", ".md", ".csv", ".json", ".log")
+# Plain names only: no folders, no hidden files, nothing the sandbox would have to decode.
+SAFE_NAME = re.compile(r"^\w[\w .-]{0,99}$")
+
+# Per kind: what the form says about it and the example it shows (swapped in by htmx when the
+# kind changes). Kinds without an entry use "general".
+KIND_HELP = {
+    Task.Kind.FILE_ANALYSIS: (
+        _("Name the file(s) to read; pick a workspace or upload the files below."),
+        _("e.g. Summarise report.txt and count its words"),
+    ),
+    Task.Kind.ARITHMETIC: (
+        _("Write the expression or the word problem; the calculator computes it exactly."),
+        _("e.g. What is (17 * 23 + 4) / 5?"),
+    ),
+    Task.Kind.EMAIL_TRIAGE: (
+        _("Say which folder holds the emails and what to flag; replies need a reviewer's confirmation."),
+        _("e.g. Classify the emails in inbox/ and flag the urgent ones"),
+    ),
+    Task.Kind.GENERAL: (
+        _("Anything else: describe the goal and what a good answer contains."),
+        _("e.g. List the files in the workspace and describe each in one line"),
+    ),
+}
+
+
+def kind_help(kind: str) -> tuple[str, str]:
+    return KIND_HELP.get(kind, KIND_HELP[Task.Kind.GENERAL])
+
+
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class MultipleFileField(forms.FileField):
+    """Several files in one field (the pattern from Django's documentation)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("widget", MultipleFileInput(attrs={"accept": ",".join(UPLOAD_EXTENSIONS)}))
+        super().__init__(*args, **kwargs)
+
+    def clean(self, data, initial=None) -> list[UploadedFile]:
+        single = super().clean
+        if isinstance(data, (list, tuple)):
+            return [single(d, initial) for d in data]
+        return [single(data, initial)] if data else []
+
+
+def check_upload(upload: UploadedFile) -> None:
+    """A text file of an allowed type and size, by its name AND its content: a renamed binary
+    (an image called notes.txt) is refused too."""
+    name = upload.name or ""
+    if not SAFE_NAME.match(name) or not name.lower().endswith(UPLOAD_EXTENSIONS):
+        raise forms.ValidationError(
+            _("%(name)s: only %(types)s files are accepted."),
+            params={"name": name, "types": ", ".join(UPLOAD_EXTENSIONS)},
+        )
+    if upload.size > UPLOAD_MAX_BYTES:
+        raise forms.ValidationError(_("%(name)s is larger than 1 MB."), params={"name": name})
+    head = upload.read(UPLOAD_MAX_BYTES + 1)
+    upload.seek(0)
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        raise forms.ValidationError(_("%(name)s is not UTF-8 text."), params={"name": name}) from None
+    if b"\x00" in head:
+        raise forms.ValidationError(_("%(name)s is not a text file."), params={"name": name})
 
 
 class TaskForm(forms.Form):
-    kind = forms.ChoiceField(label=_("Kind"), choices=Task.Kind.choices)
+    kind = forms.ChoiceField(label=_("Kind"), choices=Task.Kind.choices, initial=Task.Kind.GENERAL)
     text = forms.CharField(
         label=_("Task"),
         max_length=Task.TEXT_MAX_LENGTH,
@@ -26,6 +99,60 @@ class TaskForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text=_("Used to score the run against a reference."),
     )
+
+    files = MultipleFileField(
+        label=_("Files (optional)"),
+        required=False,
+        help_text=_("Up to 10 text files (.txt .md .csv .json .log), 1 MB each, added to the run's workspace."),
+    )
+    repeat = forms.ChoiceField(
+        label=_("Repeat"),
+        required=False,
+        choices=[
+            ("", _("Run once")),
+            ("minutes", _("Every N minutes")),
+            ("hours", _("Every N hours")),
+            ("cron", _("On a cron schedule")),
+        ],
+    )
+    every = forms.IntegerField(label=_("Every N"), required=False, min_value=1, max_value=10_000)
+    cron = forms.CharField(
+        label=_("Cron expression"),
+        required=False,
+        max_length=100,
+        widget=forms.TextInput(attrs={"placeholder": "0 7 * * 1-5"}),
+        help_text=_("Minute hour day-of-month month day-of-week, in UTC."),
+    )
+
+    def clean_files(self) -> list[UploadedFile]:
+        files = self.cleaned_data.get("files") or []
+        if len(files) > UPLOAD_MAX_FILES:
+            raise forms.ValidationError(_("At most 10 files at a time."))
+        errors = []
+        for upload in files:
+            try:
+                check_upload(upload)
+            except forms.ValidationError as error:
+                errors.append(error)
+        if errors:
+            raise forms.ValidationError(errors)
+        return files
+
+    def clean(self) -> dict:
+        data = super().clean()
+        repeat = data.get("repeat")
+        if repeat in ("minutes", "hours") and not data.get("every"):
+            self.add_error("every", _("Say how often the task repeats."))
+        if repeat == "minutes" and (data.get("every") or 5) < 5:
+            self.add_error("every", _("A task repeats at most every 5 minutes."))
+        if repeat == "cron":
+            from feedback.services import parse_cron
+
+            try:
+                parse_cron(data.get("cron", ""))
+            except ValueError:
+                self.add_error("cron", _("Enter five fields, e.g. 0 7 * * 1-5."))
+        return data
 
     def clean_text(self) -> str:
         text = self.cleaned_data["text"].strip()
@@ -132,3 +259,36 @@ class StrategyEditForm(forms.Form):
 
 class MiningScheduleForm(forms.Form):
     every_minutes = forms.IntegerField(label=_("Mine failures every (minutes)"), min_value=1, max_value=7 * 24 * 60)
+
+
+class RunFilterForm(forms.Form):
+    """The run list's filters; a GET form, so a filtered list is a shareable URL."""
+
+    q = forms.CharField(label=_("Search"), required=False, max_length=200)
+    status = forms.ChoiceField(label=_("Status"), required=False, choices=[("", _("Any")), *Run.Status.choices])
+    kind = forms.ChoiceField(label=_("Kind"), required=False, choices=[("", _("Any")), *Task.Kind.choices])
+    score_min = forms.FloatField(label=_("Score from"), required=False, min_value=0, max_value=1)
+    score_max = forms.FloatField(label=_("Score to"), required=False, min_value=0, max_value=1)
+    tool = forms.ChoiceField(label=_("Tool used"), required=False)
+    error = forms.RegexField(
+        label=_("Error signature"), required=False, regex=r"^[0-9a-f]{4,40}$", max_length=40,
+        error_messages={"invalid": _("An error signature is 4 to 40 hex digits.")},
+    )  # fmt: skip
+    strategy = forms.ModelChoiceField(
+        label=_("Strategy applied"), required=False, queryset=Strategy.objects.none(), empty_label=_("Any")
+    )
+    since = forms.DateField(label=_("From"), required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(label=_("To"), required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    sort = forms.ChoiceField(
+        label=_("Sort"),
+        required=False,
+        choices=[("newest", _("Newest first")), ("oldest", _("Oldest first")), ("score", _("Highest score"))],
+    )
+
+    def __init__(self, *args, **kwargs) -> None:
+        from feedback.agent.tools import BUILTIN_TOOLS
+
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+        self.fields["tool"].choices = [("", _("Any")), *((name, name) for name in sorted(BUILTIN_TOOLS))]
+        self.fields["strategy"].queryset = Strategy.objects.order_by("id")

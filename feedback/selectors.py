@@ -1,20 +1,26 @@
 """The read queries behind the pages."""
 
+from dataclasses import dataclass
+from datetime import datetime
+
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection
 from django.db.models import (
     BooleanField,
     Exists,
     ExpressionWrapper,
     F,
     OuterRef,
+    Prefetch,
     Q,
     QuerySet,
     Subquery,
     Value,
 )
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
-from feedback.models import Evaluation, EvaluationProfile, Run, Step, Strategy
+from feedback.models import AppliedStrategy, Evaluation, EvaluationProfile, Run, Step, Strategy
 
 
 def runs_visible_to(user: AbstractBaseUser) -> QuerySet[Run]:
@@ -34,8 +40,236 @@ def run_list(user: AbstractBaseUser, *, status: str = "", kind: str = "") -> Que
     return runs
 
 
+# --- the run list: filters, search, keyset pages ---------------------------------------------
+# Sort name -> (the ordering key, newest/highest first?). Every order ends on id so the keyset
+# cursor (value, id) names exactly one row even when values repeat.
+RUN_SORTS = {"newest": ("created_at", True), "oldest": ("created_at", False), "score": ("sort_score", True)}
+# Runs without a score sort below every scored run.
+NO_SCORE = -1.0
+
+
+@dataclass
+class RunPage:
+    runs: list[Run]
+    # The cursor of the page after this one, "" on the last page.
+    next_cursor: str
+
+
+def search_runs(runs: QuerySet[Run], text: str) -> QuerySet[Run]:
+    """Full-text search over the task text: PostgreSQL's text search (served by the GIN index
+    of migration 0005) where we have it, a plain icontains on SQLite."""
+    if connection.vendor != "postgresql":
+        return runs.filter(task__text__icontains=text)
+    from django.contrib.postgres.search import SearchQuery, SearchVector
+
+    # The expression must be the one the index was built on, or PostgreSQL will not use it.
+    vector = SearchVector("task__text", config=SEARCH_CONFIG)
+    query = SearchQuery(text, config=SEARCH_CONFIG, search_type="websearch")
+    return runs.annotate(search=vector).filter(search=query)
+
+
+SEARCH_CONFIG = "english"
+
+
+def filter_runs(runs: QuerySet[Run], filters: dict) -> QuerySet[Run]:
+    """Apply the run list's filters (cleaned values of RunFilterForm; empty ones are skipped)."""
+    if filters.get("status"):
+        runs = runs.filter(status=filters["status"])
+    if filters.get("kind"):
+        runs = runs.filter(task_kind=filters["kind"])
+    if filters.get("score_min") is not None:
+        runs = runs.filter(score__gte=filters["score_min"])
+    if filters.get("score_max") is not None:
+        runs = runs.filter(score__lte=filters["score_max"])
+    if filters.get("since"):
+        runs = runs.filter(created_at__date__gte=filters["since"])
+    if filters.get("until"):
+        runs = runs.filter(created_at__date__lte=filters["until"])
+    # EXISTS rather than joins: a run with many matching steps must still appear once.
+    if filters.get("tool"):
+        runs = runs.filter(Exists(Step.objects.filter(run=OuterRef("pk"), tool_name=filters["tool"])))
+    if filters.get("error"):
+        runs = runs.filter(
+            Exists(Step.objects.filter(run=OuterRef("pk"), error_signature__startswith=filters["error"]))
+        )
+    if filters.get("strategy"):
+        runs = runs.filter(
+            Exists(
+                AppliedStrategy.objects.filter(
+                    run=OuterRef("pk"), strategy_version__strategy=filters["strategy"]
+                ).exclude(arm=AppliedStrategy.Arm.CONTROL)
+            )
+        )
+    if filters.get("q"):
+        runs = search_runs(runs, filters["q"])
+    return runs
+
+
+def _cursor_value(run: Run, field: str) -> str:
+    value = getattr(run, field)
+    return value.isoformat() if hasattr(value, "isoformat") else repr(float(value))
+
+
+def _parse_cursor(cursor: str, field: str) -> tuple[object, int] | None:
+    value, _, pk = cursor.rpartition("_")
+    try:
+        parsed = datetime.fromisoformat(value) if field == "created_at" else float(value)
+        return parsed, int(pk)
+    except ValueError:
+        return None  # a mangled cursor shows the first page rather than an error
+
+
+def run_page(runs: QuerySet[Run], *, sort: str = "newest", cursor: str = "", size: int = 50) -> RunPage:
+    """One page of the run list by keyset on (sort value, id): each page costs the same however
+    deep it is, unlike OFFSET, which reads and throws away every row before it."""
+    field, descending = RUN_SORTS.get(sort, RUN_SORTS["newest"])
+    runs = runs.annotate(sort_score=Coalesce("score", Value(NO_SCORE))) if field == "sort_score" else runs
+    position = _parse_cursor(cursor, field) if cursor else None
+    if position:
+        value, pk = position
+        before = "lt" if descending else "gt"
+        runs = runs.filter(Q(**{f"{field}__{before}": value}) | Q(**{field: value, f"id__{before}": pk}))
+    prefix = "-" if descending else ""
+    rows = list(runs.order_by(f"{prefix}{field}", f"{prefix}id")[: size + 1])
+    next_cursor = ""
+    if len(rows) > size:
+        rows = rows[:size]
+        next_cursor = f"{_cursor_value(rows[-1], field)}_{rows[-1].pk}"
+    return RunPage(runs=rows, next_cursor=next_cursor)
+
+
 def run_steps(run: Run) -> QuerySet[Step]:
     return run.steps.order_by("index").prefetch_related("attempt_rows")
+
+
+# --- the trace --------------------------------------------------------------------------------
+# The first response of a run page renders this many steps; further pages load on scroll.
+TRACE_PAGE_SIZE = 100
+
+
+@dataclass
+class TracePage:
+    steps: list[Step]
+    # The index to ask for next (``?after=``): the last one shown, or -1 before the first step.
+    last_index: int
+    has_more: bool
+
+
+def trace_page(run: Run, *, after: int = -1, limit: int = TRACE_PAGE_SIZE) -> TracePage:
+    """One page of a run's steps, keyset by step index (an OFFSET would rescan thousands of
+    rows per page). Each step carries its attempts and the sub-agent runs it started, in three
+    queries however many steps there are."""
+    rows = list(
+        run.steps.filter(index__gt=after)
+        .order_by("index")
+        .prefetch_related(
+            "attempt_rows",
+            Prefetch("child_runs", queryset=Run.objects.select_related("task").order_by("id")),
+        )[: limit + 1]
+    )
+    has_more = len(rows) > limit
+    rows = rows[:limit]
+    _place_on_waterfall(run, rows)
+    return TracePage(steps=rows, last_index=rows[-1].index if rows else after, has_more=has_more)
+
+
+def _place_on_waterfall(run: Run, steps: list[Step]) -> None:
+    """Give each step ``bar_left`` and ``bar_width`` in percent of the run's span, so the
+    template can draw the waterfall with plain CSS. The span is the run's duration so far:
+    every page of the trace uses the same scale."""
+    start = run.started_at or run.created_at
+    end = run.finished_at or timezone.now()
+    span_ms = max((end - start).total_seconds() * 1000, 1.0)
+    for step in steps:
+        offset_ms = (step.started_at - start).total_seconds() * 1000 if step.started_at else 0.0
+        left = min(max(offset_ms / span_ms * 100, 0.0), 100.0)
+        width = (step.duration_ms or 0) / span_ms * 100
+        # A bar stays visible (0.4 %) even for an instant step, and never runs off the track.
+        step.bar_left = round(left, 2)
+        step.bar_width = round(min(max(width, 0.4), 100.0 - left if left < 99.6 else 0.4), 2)
+
+
+def trace_problems(run: Run, *, limit: int = 20) -> list[Step]:
+    """The steps that went wrong (failed calls, failed validation, model errors), for the
+    "jump to" list at the top of the trace: found by query, not by loading every step."""
+    failed = Q(success=False) | Q(validation_status=Step.Validation.FAIL) | Q(kind=Step.Kind.MODEL_ERROR)
+    return list(run.steps.filter(failed).order_by("index").only("index", "kind", "tool_name", "error_class")[:limit])
+
+
+def run_applied_strategies(run: Run) -> QuerySet[AppliedStrategy]:
+    return run.applied_strategies.select_related("strategy_version__strategy").order_by("id")
+
+
+def step_as_dict(step: Step) -> dict:
+    """A step as the JSON download and "copy as JSON" give it (attempts must be prefetched)."""
+    return {
+        "index": step.index,
+        "turn": step.turn,
+        "kind": step.kind,
+        "thought": step.thought,
+        "tool_name": step.tool_name,
+        "tool_call_id": step.tool_call_id,
+        "arguments": step.arguments,
+        "result": step.result,
+        "error": step.error,
+        "error_class": step.error_class,
+        "error_signature": step.error_signature,
+        "success": step.success,
+        "cached": step.cached,
+        "stale": step.stale,
+        "served_by": step.served_by,
+        "started_at": step.started_at.isoformat() if step.started_at else None,
+        "finished_at": step.finished_at.isoformat() if step.finished_at else None,
+        "duration_ms": step.duration_ms,
+        "tokens_in": step.tokens_in,
+        "tokens_out": step.tokens_out,
+        "validation_status": step.validation_status,
+        "validation": step.validation,
+        "attempts": [
+            {
+                "number": a.number,
+                "started_at": a.started_at.isoformat(),
+                "duration_ms": a.duration_ms,
+                "error": a.error,
+                "error_class": a.error_class,
+                "retryable": a.retryable,
+            }
+            for a in step.attempt_rows.all()
+        ],
+        "child_run_ids": [child.pk for child in step.child_runs.all()],
+    }
+
+
+def run_as_dict(run: Run) -> dict:
+    """The run's header in the JSON download: everything but its steps."""
+    return {
+        "id": run.pk,
+        "task": {"id": run.task_id, "kind": run.task_kind, "text": run.task.text},
+        "parent_id": run.parent_id,
+        "parent_step_id": run.parent_step_id,
+        "status": run.status,
+        "created_at": run.created_at.isoformat(),
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "llm_backend": run.llm_backend,
+        "model_name": run.model_name,
+        "system_prompt": run.system_prompt,
+        "plan": run.plan,
+        "tools_offered": run.tools_offered,
+        "final_output": run.final_output,
+        "error": run.error,
+        "score": run.score,
+        "tokens_in": run.tokens_in,
+        "tokens_out": run.tokens_out,
+        "applied_strategies": [
+            {
+                "strategy_id": a.strategy_version.strategy_id,
+                "version": a.strategy_version.number,
+                "arm": a.arm,
+            }
+            for a in run_applied_strategies(run)
+        ],
+    }
 
 
 def strategy_list(*, status: str = "") -> QuerySet[Strategy]:

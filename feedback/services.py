@@ -1,13 +1,24 @@
 """The state changes people trigger. Keyword-only, typed, one transaction each; work for the
 worker is queued only once the transaction has committed."""
 
+import json
+import shutil
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
+from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from feedback.agent.sandbox import SandboxError, resolve
 from feedback.models import Evaluation, Run, Task, ToolConfirmation, Workspace
+
+if TYPE_CHECKING:
+    from django_celery_beat.models import PeriodicTask
 
 
 class AlreadyDecided(Exception):
@@ -22,15 +33,106 @@ def task_submit(
     kind: str,
     expected_answer: str = "",
     workspace: Workspace | None = None,
+    files: Sequence[UploadedFile] = (),
 ) -> Run:
-    from feedback.tasks import run_execute_task
-
+    if files:
+        workspace = workspace_with_uploads(base=workspace, files=files)
     task = Task.objects.create(
         text=text, kind=kind, expected_answer=expected_answer, workspace=workspace, created_by=user
     )
+    return _task_queue_run(task=task)
+
+
+def _task_queue_run(*, task: Task) -> Run:
+    from feedback.tasks import run_execute_task
+
     run = Run.objects.create(task=task, task_kind=task.kind)
     run_execute_task.delay_on_commit(run.pk)
     return run
+
+
+def workspace_with_uploads(*, base: Workspace | None, files: Sequence[UploadedFile]) -> Workspace:
+    """A new workspace for one task: a copy of ``base`` (if any) plus the uploaded files. The
+    chosen workspace is shared by other tasks, so uploads never go into it. Files are checked
+    by the form (type, size, text); the sandbox decides the path, as it does for the agent."""
+    workspace = Workspace.objects.create(
+        name=f"upload-{uuid.uuid4().hex[:16]}",
+        description=f"Uploads on top of {base.name}" if base else "Uploads",
+    )
+    root = workspace.path
+    if base is not None and base.path.is_dir():
+        shutil.copytree(base.path, root, symlinks=True)
+    root.mkdir(parents=True, exist_ok=True)
+    for upload in files:
+        target = resolve(root, upload.name or "")
+        if target.parent != root.resolve():
+            raise SandboxError(f"{upload.name!r} is not a plain file name.")
+        with target.open("wb") as out:
+            for chunk in upload.chunks():
+                out.write(chunk)
+    return workspace
+
+
+# --- recurring tasks (django-celery-beat) ------------------------------------------------------
+SCHEDULE_TASK = "feedback.tasks.task_scheduled_run_task"
+SCHEDULE_PREFIX = "feedback-task-"
+
+
+def parse_cron(expression: str) -> dict[str, str]:
+    """Five cron fields as CrontabSchedule's keyword arguments; ValueError if celery cannot
+    read them (it checks ranges and syntax)."""
+    from celery.schedules import crontab
+
+    fields = (expression or "").split()
+    if len(fields) != 5:
+        raise ValueError("A cron expression has five fields.")
+    names = ["minute", "hour", "day_of_month", "month_of_year", "day_of_week"]
+    values = dict(zip(names, fields, strict=True))
+    crontab(**values)  # raises ValueError on a field it cannot parse
+    return values
+
+
+@transaction.atomic
+def task_schedule(*, task: Task, repeat: str, every: int | None = None, cron: str = "") -> "PeriodicTask":
+    """Make ``task`` run again on a schedule: a beat entry that queues a new run of it."""
+    from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
+
+    schedule: dict = {}
+    if repeat in ("minutes", "hours"):
+        period = IntervalSchedule.MINUTES if repeat == "minutes" else IntervalSchedule.HOURS
+        schedule["interval"], _ = IntervalSchedule.objects.get_or_create(every=every, period=period)
+    elif repeat == "cron":
+        schedule["crontab"], _ = CrontabSchedule.objects.get_or_create(**parse_cron(cron), timezone="UTC")
+    else:
+        raise ValueError(f"Unknown repeat {repeat!r}.")
+    return PeriodicTask.objects.create(
+        name=f"{SCHEDULE_PREFIX}{task.pk}",
+        task=SCHEDULE_TASK,
+        kwargs=json.dumps({"task_id": task.pk}),
+        description=task.text[:200],
+        **schedule,
+    )
+
+
+def task_run_scheduled(*, task_id: int) -> Run | None:
+    """The beat entry fired: a new run of the same task. None when the task is gone."""
+    with transaction.atomic():
+        task = Task.objects.filter(pk=task_id).first()
+        return _task_queue_run(task=task) if task else None
+
+
+def schedule_can_control(*, task: Task | None, user: AbstractBaseUser) -> bool:
+    return user.has_perm("feedback.score_run") or (
+        task is not None and user.has_perm("feedback.add_task") and task.created_by_id == user.pk
+    )
+
+
+@transaction.atomic
+def schedule_set_enabled(*, schedule: "PeriodicTask", task: Task | None, user: AbstractBaseUser, enabled: bool) -> None:
+    if not schedule_can_control(task=task, user=user):
+        raise PermissionDenied
+    schedule.enabled = enabled
+    schedule.save(update_fields=["enabled"])
 
 
 @transaction.atomic

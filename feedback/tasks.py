@@ -48,3 +48,11 @@ def demo_loop_task(tasks_per_phase: int = 60) -> None:
     lines: list[str] = []
     run_demo_loop(tasks_per_phase=tasks_per_phase, auto_approve=True, out=lines.append)
     cache.set("demo-loop:last-report", "\n".join(lines), 7 * 24 * 3600)
+
+
+@shared_task(ignore_result=True)
+def task_scheduled_run_task(task_id: int) -> None:
+    # Called by a django-celery-beat entry a person set in the task form.
+    from feedback.services import task_run_scheduled
+
+    task_run_scheduled(task_id=task_id)

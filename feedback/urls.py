@@ -1,12 +1,15 @@
 from django.urls import path
 
-from feedback.views import confirmations, evaluation, home, metrics, runs, strategies, tasks
+from feedback.views import confirmations, evaluation, home, metrics, runs, schedules, strategies, tasks, trace
 
 urlpatterns = [
     path("", home.home, name="feedback-home"),
     path("tasks/new/", tasks.task_submit, name="feedback-task-submit"),
+    path("schedules/", schedules.schedule_list, name="feedback-schedule-list"),
+    path("schedules/<int:schedule_id>/toggle/", schedules.schedule_toggle, name="feedback-schedule-toggle"),
     path("runs/", runs.run_list, name="feedback-run-list"),
     path("runs/<int:run_id>/", runs.run_detail, name="feedback-run-detail"),
+    path("runs/<int:run_id>/trace.json", trace.run_trace_json, name="feedback-run-trace-json"),
     path("runs/<int:run_id>/cancel/", runs.run_cancel, name="feedback-run-cancel"),
     path("runs/<int:run_id>/rerun/", runs.run_rerun, name="feedback-run-rerun"),
     path("runs/<int:run_id>/score/", evaluation.run_score, name="feedback-run-score"),

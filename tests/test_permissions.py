@@ -20,6 +20,7 @@ ACCESS = [
     ("feedback-task-submit", "get", None, [LOGIN, 403, 200, 403, 403]),
     ("feedback-run-list", "get", None, [LOGIN, 403, 200, 200, 200]),
     ("feedback-run-detail", "get", "run", [LOGIN, 403, 403, 200, 200]),
+    ("feedback-run-trace-json", "get", "run", [LOGIN, 403, 403, 200, 200]),
     ("feedback-run-cancel", "post", "run", [LOGIN, 403, 403, 403, 302]),
     ("feedback-run-rerun", "post", "run", [LOGIN, 403, 403, 403, 403]),
     ("feedback-strategy-list", "get", None, [LOGIN, 403, 403, 200, 200]),
@@ -36,6 +37,8 @@ ACCESS = [
     ("feedback-run-reevaluate", "post", "run", [LOGIN, 403, 403, 403, 302]),
     ("feedback-review-queue", "get", None, [LOGIN, 403, 403, 403, 200]),
     ("feedback-metrics", "get", None, [LOGIN, 403, 403, 200, 200]),
+    ("feedback-schedule-list", "get", None, [LOGIN, 403, 200, 200, 200]),
+    ("feedback-schedule-toggle", "post", "schedule", [LOGIN, 403, 403, 403, 302]),
 ]
 
 
@@ -57,6 +60,10 @@ def _kwargs(kind, run):
 
         confirmation = ToolConfirmation.objects.create(run=run, turn=1, tool_call_id="c1", tool_name="send_reply")
         return {"confirmation_id": confirmation.pk}
+    if kind == "schedule":
+        from feedback.services import task_schedule
+
+        return {"schedule_id": task_schedule(task=run.task, repeat="hours", every=1).pk}
     return None
 
 

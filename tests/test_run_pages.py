@@ -1,5 +1,6 @@
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from feedback.agent.loop import execute_run
 from feedback.models import Run, Step, Task
@@ -25,19 +26,44 @@ def test_run_page_shows_the_trace_and_answer(client, operator, demo_workspace):
     assert "read_text_file" in html and "analyze_text" in html
     assert "Offline demo model (rule-based, no LLM)" in html
     assert 'hx-trigger="every 1s"' not in html  # finished: no more polling
+    assert 'hx-trigger="revealed"' not in html  # five steps: one page
 
 
-def test_an_active_run_polls_and_htmx_gets_only_the_live_part(client, operator):
-    run = make_run(status=Run.Status.RUNNING)
+def test_an_active_run_appends_new_steps_and_stops_polling_when_it_ends(client, operator):
+    run = make_run(status=Run.Status.RUNNING, started_at=timezone.now())
     Step.objects.create(run=run, index=0, kind=Step.Kind.THOUGHT, thought="Thinking about <b>it</b>")
     client.force_login(operator)
     url = reverse("feedback-run-detail", args=[run.pk])
     page = client.get(url).content.decode()
-    assert 'hx-trigger="every 1s"' in page and "<html" in page
-    fragment = client.get(url, headers={"HX-Request": "true"}).content.decode()
-    assert fragment.lstrip().startswith('<div id="run-live"')
+    assert "<html" in page and page.count('class="step ') == 1
+    # The trace's tail polls for the steps after the last one shown.
+    assert f'id="trace-tail-{run.pk}"' in page and '?after=0&amp;seen=running" hx-trigger="every 1s"' in page
+    htmx = {"HX-Request": "true"}
+    assert client.get(url, {"after": 0}, headers=htmx).content.decode().count('class="step ') == 0
+
+    Step.objects.create(run=run, index=1, kind=Step.Kind.TOOL_CALL, tool_name="calculator", arguments={"x": "<i>"})
+    fragment = client.get(url, {"after": 0}, headers=htmx).content.decode()
     assert "<html" not in fragment
-    assert "Thinking about &lt;b&gt;it&lt;/b&gt;" in fragment
+    assert fragment.count('class="step ') == 1 and f'id="run-{run.pk}-step-1"' in fragment
+    assert "Thinking about" not in fragment  # only the new step, not a re-render
+    assert "&lt;i&gt;" in fragment
+    assert f'id="run-summary-{run.pk}"\n  hx-swap-oob="outerHTML"' in fragment
+    assert '?after=1&amp;seen=running" hx-trigger="every 1s"' in fragment  # the tail moves on
+    assert "run-announce" not in fragment  # no change of status: nothing to announce
+
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED, finished_at=timezone.now(), final_output="4")
+    fragment = client.get(url, {"after": 1}, headers=htmx).content.decode()
+    assert "every 1s" not in fragment and "trace-tail" not in fragment  # ended: polling stops
+    assert "Succeeded" in fragment and 'id="final-output"' in fragment
+    fragment = client.get(url, {"after": 1, "seen": "running"}, headers=htmx).content.decode()
+    assert f'<span id="run-announce-{run.pk}" hx-swap-oob="innerHTML">Run #{run.pk}: Succeeded</span>' in fragment
+
+
+def test_the_summary_alone_is_the_htmx_answer_without_after(client, operator):
+    run = make_run(status=Run.Status.QUEUED)
+    client.force_login(operator)
+    fragment = client.get(reverse("feedback-run-detail", args=[run.pk]), headers={"HX-Request": "true"})
+    assert fragment.content.decode().lstrip().startswith(f'<section class="card run-summary" id="run-summary-{run.pk}"')
 
 
 def test_tool_results_with_html_are_escaped(client, operator):
@@ -71,6 +97,9 @@ def test_run_list_filters_and_polls_only_while_something_is_active(client, opera
     fragment = client.get(url, {"status": "nonsense"}, headers={"HX-Request": "true"}).content.decode()
     assert fragment.lstrip().startswith('<div id="run-table"')
     assert f'id="run-{done.pk}"' in fragment
+    # Only the active row polls, and its answer is the row alone.
+    row = client.get(reverse("feedback-run-detail", args=[active.pk]), {"part": "row"}, headers={"HX-Request": "true"})
+    assert row.content.decode().lstrip().startswith(f'<tr id="run-{active.pk}" hx-get=')
 
 
 def test_empty_states(client, reviewer):
@@ -82,3 +111,35 @@ def test_empty_states(client, reviewer):
 def test_missing_run_is_404(client, operator):
     client.force_login(operator)
     assert client.get(reverse("feedback-run-detail", args=[987654])).status_code == 404
+
+
+def test_html_in_the_task_and_in_live_fragments_is_text(client, operator):
+    evil = '<script>alert("task")</script>'
+    run = make_run(status=Run.Status.RUNNING, text=evil)
+    child = make_run(status=Run.Status.SUCCEEDED, text=evil, parent=run)
+    Step.objects.create(
+        run=run,
+        index=0,
+        kind=Step.Kind.TOOL_CALL,
+        tool_name="<b>tool</b>",
+        error="<img src=x onerror=1>",
+        result={"html": "<iframe src=javascript:alert(1)>"},
+        success=False,
+    )
+    client.force_login(operator)
+    htmx = {"HX-Request": "true"}
+    url = reverse("feedback-run-detail", args=[run.pk])
+    pages = [
+        client.get(url).content.decode(),
+        client.get(url, {"after": -1}, headers=htmx).content.decode(),
+        client.get(reverse("feedback-run-detail", args=[child.pk]), {"part": "child"}, headers=htmx).content.decode(),
+    ]
+    for html in pages:
+        assert "<script>alert" not in html and "<img src=x" not in html and "<iframe" not in html
+        assert "<b>tool</b>" not in html
+    assert "&lt;script&gt;alert(&quot;task&quot;)&lt;/script&gt;" in pages[0] + pages[2]
+    assert "&lt;img src=x onerror=1&gt;" in pages[1]
+    assert "&lt;b&gt;tool&lt;/b&gt;" in pages[1]
+    # The JSON download is JSON, never HTML a browser would render.
+    response = client.get(reverse("feedback-run-trace-json", args=[run.pk]))
+    assert response["Content-Type"] == "application/json"

@@ -76,3 +76,130 @@ def test_html_in_the_task_is_shown_as_text(client, staff):
     html = response.content.decode()
     assert "<script>alert" not in html and "<img src=x" not in html
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
+
+
+def _text_file(name: str, content: bytes = b"hello,world\n1,2\n"):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    return SimpleUploadedFile(name, content, content_type="text/plain")
+
+
+def test_uploaded_files_go_into_a_new_workspace_for_the_run(client, staff, demo_workspace, monkeypatch):
+    from feedback import tasks
+
+    monkeypatch.setattr(tasks.run_execute_task, "delay", lambda run_id: None)
+    client.force_login(staff)
+    response = client.post(
+        URL,
+        {
+            "kind": "file_analysis",
+            "text": "Summarise notes.md and data.csv",
+            "workspace": demo_workspace.pk,
+            "files": [_text_file("notes.md", b"# Notes\n"), _text_file("data.csv")],
+        },
+    )
+    assert response.status_code == 302
+    run = Run.objects.get()
+    workspace = run.task.workspace
+    assert workspace != demo_workspace and workspace.name.startswith("upload-")
+    assert (workspace.path / "notes.md").read_bytes() == b"# Notes\n"
+    assert (workspace.path / "data.csv").exists()
+    assert (workspace.path / "report.txt").exists()  # the chosen workspace's files come along
+    assert not (demo_workspace.path / "notes.md").exists()  # the shared workspace is untouched
+
+
+@pytest.mark.parametrize(
+    ("upload", "message"),
+    [
+        (_text_file("picture.png"), "only .txt, .md, .csv, .json, .log files are accepted"),
+        (_text_file("fake.txt", b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe"), "fake.txt is not UTF-8 text"),
+        (_text_file("nul.log", b"abc\x00def"), "nul.log is not a text file"),
+        (_text_file("big.txt", b"a" * (1024 * 1024 + 1)), "big.txt is larger than 1 MB"),
+        (_text_file(".env.txt"), "only .txt"),
+        (_text_file("..%2Fescape.txt"), "only .txt"),
+    ],
+)
+def test_bad_uploads_are_refused_with_a_reason(client, staff, upload, message):
+    client.force_login(staff)
+    response = client.post(URL, {"kind": "general", "text": "Read the file please", "files": [upload]})
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    assert not Run.objects.exists()
+
+
+def test_an_unsafe_upload_name_never_leaves_the_workspace(db, tmp_path):
+    from feedback.agent.sandbox import SandboxError
+    from feedback.services import workspace_with_uploads
+
+    # Django already drops directories from upload names; the sandbox catches encoded ones.
+    with pytest.raises(SandboxError):
+        workspace_with_uploads(base=None, files=[_text_file("..%2F..%2Fescape.txt")])
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_changing_the_kind_swaps_only_its_help(client, staff):
+    client.force_login(staff)
+    response = client.get(URL, {"kind": "arithmetic"}, headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="kind-help"')
+    assert "(17 * 23 + 4) / 5" in html and "<form" not in html
+
+
+def test_a_recurring_task_gets_a_beat_entry_that_queues_new_runs(client, staff, monkeypatch):
+    from django_celery_beat.models import PeriodicTask
+
+    from feedback import tasks
+
+    sent = []
+    monkeypatch.setattr(tasks.run_execute_task, "delay", sent.append)
+    client.force_login(staff)
+    response = client.post(URL, {"kind": "arithmetic", "text": "What is 2 + 2?", "repeat": "hours", "every": "6"})
+    assert response.status_code == 302
+    run = Run.objects.get()
+    entry = PeriodicTask.objects.get(name=f"feedback-task-{run.task_id}")
+    assert entry.interval.every == 6 and entry.interval.period == "hours" and entry.enabled
+    assert entry.task == "feedback.tasks.task_scheduled_run_task"
+
+    # What beat does when the entry is due: the thin task queues a new run of the same task.
+    tasks.task_scheduled_run_task(**__import__("json").loads(entry.kwargs))
+    assert Run.objects.filter(task=run.task).count() == 2
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "message"),
+    [
+        ({"repeat": "hours"}, "every", "Say how often the task repeats."),
+        ({"repeat": "minutes", "every": "1"}, "every", "at most every 5 minutes"),
+        ({"repeat": "cron", "cron": "61 * * * *"}, "cron", "Enter five fields"),
+        ({"repeat": "cron", "cron": "* * *"}, "cron", "Enter five fields"),
+    ],
+)
+def test_a_bad_schedule_is_refused(client, staff, data, field, message):
+    client.force_login(staff)
+    response = client.post(URL, {"kind": "arithmetic", "text": "What is 2 + 2?", **data})
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    assert response.context["form"].errors[field]
+
+
+def test_a_cron_schedule_is_listed_and_can_be_turned_off(client, staff, monkeypatch):
+    from django_celery_beat.models import PeriodicTask
+
+    from feedback import tasks
+
+    monkeypatch.setattr(tasks.run_execute_task, "delay", lambda run_id: None)
+    client.force_login(staff)
+    client.post(URL, {"kind": "arithmetic", "text": "What is <b>2</b> + 2?", "repeat": "cron", "cron": "0 7 * * 1-5"})
+    entry = PeriodicTask.objects.get()
+    html = client.get(reverse("feedback-schedule-list")).content.decode()
+    assert f'id="schedule-{entry.pk}"' in html and "<code>0 7 * * 1-5</code>" in html
+    assert "What is &lt;b&gt;2&lt;/b&gt; + 2?" in html
+    response = client.post(reverse("feedback-schedule-toggle", args=[entry.pk]), follow=True)
+    assert "The schedule is off" in response.content.decode()
+    entry.refresh_from_db()
+    assert not entry.enabled
+
+
+def test_an_empty_schedule_list_says_how_to_make_one(client, staff):
+    client.force_login(staff)
+    assert "No recurring tasks." in client.get(reverse("feedback-schedule-list")).content.decode()

@@ -47,9 +47,9 @@ def _log(strategy: Strategy, action: str, actor, reason: str, from_status: str, 
 
 def _transition(strategy_id: int, to: str, action: str, actor, reason: str, **extra) -> Strategy:
     with transaction.atomic():
-        strategy = (
-            Strategy.objects.select_for_update(of=("self",)).select_related("current_version").get(pk=strategy_id)
-        )
+        # No join in the locking query: after waiting for the lock, PostgreSQL re-reads the locked
+        # row but not a joined one, so a version created meanwhile would look missing.
+        strategy = Strategy.objects.select_for_update().get(pk=strategy_id)
         if not strategy.can_move_to(to):
             raise IllegalTransition(
                 f"A strategy that is {strategy.get_status_display().lower()} cannot be {_PAST[action]}."
@@ -128,7 +128,7 @@ def strategy_edit(*, strategy: Strategy, editor: AbstractBaseUser, reason: str =
     if problems:
         raise ValidationError(problems)
     with transaction.atomic():
-        locked = Strategy.objects.select_for_update(of=("self",)).select_related("current_version").get(pk=strategy.pk)
+        locked = Strategy.objects.select_for_update().get(pk=strategy.pk)
         if locked.status != Strategy.Status.PROPOSED:
             raise IllegalTransition("Only a proposed strategy can be edited.")
         current = locked.current_version

@@ -1,15 +1,16 @@
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from feedback import selectors, services
-from feedback.models import Run, Task
+from feedback.forms import RunFilterForm
+from feedback.models import Run
 
 RUNS_PER_PAGE = 50
+ADVANCED_FILTERS = ("score_min", "score_max", "tool", "error", "strategy", "since", "until")
 
 
 def evaluation_context(request: HttpRequest, run: Run) -> dict:
@@ -29,42 +30,91 @@ def _visible_run(request: HttpRequest, run_id: int) -> Run:
 def run_list(request: HttpRequest) -> HttpResponse:
     if not (request.user.has_perm("feedback.view_run") or request.user.has_perm("feedback.add_task")):
         raise PermissionDenied
-    status = request.GET.get("status", "")
-    kind = request.GET.get("kind", "")
-    status = status if status in Run.Status.values else ""
-    kind = kind if kind in Task.Kind.values else ""
-    page = Paginator(selectors.run_list(request.user, status=status, kind=kind), RUNS_PER_PAGE).get_page(
-        request.GET.get("page")
-    )
+    form = RunFilterForm(request.GET or None)
+    # An invalid filter is shown with its message and ignored; the valid ones still apply.
+    filters = form.cleaned_data if form.is_bound and form.is_valid() else {}
+    if form.is_bound and not form.is_valid():
+        filters = {k: v for k, v in form.cleaned_data.items() if k not in form.errors}
+    runs = selectors.filter_runs(selectors.run_list(request.user), filters)
+    sort = filters.get("sort") or "newest"
+    page = selectors.run_page(runs, sort=sort, cursor=request.GET.get("after", ""), size=RUNS_PER_PAGE)
     template = "feedback/run_list.html"
     if request.htmx:
         template += "#run-table"
+    # The next page's link keeps every filter: the URL is the whole state of the list.
+    query = request.GET.copy()
+    query.pop("after", None)
     context = {
+        "form": form,
         "page": page,
-        "status": status,
-        "kind": kind,
-        "statuses": Run.Status.choices,
-        "kinds": Task.Kind.choices,
-        "any_active": any(r.is_active for r in page),
+        "filtered": any(v not in (None, "") for k, v in filters.items() if k != "sort"),
+        # The less used filters fold away unless one of them is set (or wrong).
+        "advanced": any(filters.get(k) not in (None, "") for k in ADVANCED_FILTERS) or bool(form.errors),
+        "first_url": f"?{query.urlencode()}" if query else "?",
+        "next_url": f"?{_with(query, after=page.next_cursor)}" if page.next_cursor else "",
+        "is_later_page": bool(request.GET.get("after")),
     }
     return render(request, template, context)
+
+
+def _with(query: QueryDict, **values: str) -> str:
+    query = query.copy()
+    for key, value in values.items():
+        query[key] = value
+    return query.urlencode()
 
 
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _visible_run(request, run_id)
     template = "feedback/run_detail.html"
-    if request.htmx:
+    part = request.GET.get("part", "")
+    if request.htmx and part == "evaluations":
         # The evaluation section polls on its own: it may still be waiting after the run ended.
-        template += "#run-evaluations" if request.GET.get("part") == "evaluations" else "#run-live"
+        return render(request, template + "#run-evaluations", evaluation_context(request, run))
+    if request.htmx and part == "row":
+        return render(request, "feedback/run_list.html#run-row", {"run": run})
+    nested = request.GET.get("nested") == "1"
+    if request.htmx and "after" in request.GET:
+        # The trace's tail: the steps after the last one shown, plus the summary out of band.
+        # The run was read before its steps, so an ended run's last steps are all in this page.
+        trace = selectors.trace_page(run, after=_int(request.GET["after"]))
+        context = {**_summary_context(request, run, nested=nested, trace=trace), "oob": True}
+        context["seen"] = request.GET.get("seen", "")
+        return render(request, template + "#trace-more", context)
+    if request.htmx and part != "child":
+        # The summary polling itself (while the trace's tail is not the live poller).
+        context = _summary_context(request, run, nested=nested, trace=None)
+        return render(request, template + "#run-summary", context)
+    trace = selectors.trace_page(run)
     context = {
+        **_summary_context(request, run, nested=nested or part == "child", trace=trace),
+        "problems": selectors.trace_problems(run),
+    }
+    if request.htmx:
+        # A sub-agent run expanded in place inside its parent's trace.
+        return render(request, template + "#run-child", context)
+    context["applied_strategies"] = selectors.run_applied_strategies(run)
+    return render(request, template, {**context, **evaluation_context(request, run)})
+
+
+def _int(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return -1
+
+
+def _summary_context(request: HttpRequest, run: Run, *, nested: bool, trace: selectors.TracePage | None) -> dict:
+    return {
         "run": run,
-        "steps": selectors.run_steps(run),
-        "children": run.children.select_related("task").order_by("id"),
+        "nested": nested,
+        "trace": trace,
+        # One poller at a time: the trace's tail polls (and updates the summary out of band)
+        # once it has caught up; until then, or without a trace, the summary polls itself.
+        "summary_polls": run.is_active and (trace is None or trace.has_more),
         "confirmations": run.confirmations.select_related("decided_by").order_by("requested_at"),
         "can_control": services.run_can_control(run=run, user=request.user),
-        **evaluation_context(request, run),
     }
-    return render(request, template, context)
 
 
 @require_POST

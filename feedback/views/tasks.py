@@ -6,15 +6,42 @@ from django.utils.translation import gettext as _
 
 from feedback import services
 from feedback.agent.llm import describe_backend
-from feedback.forms import TaskForm
+from feedback.forms import TaskForm, kind_help
+from feedback.models import Task
 
 
 @permission_required("feedback.add_task", raise_exception=True)
 def task_submit(request: HttpRequest) -> HttpResponse:
-    form = TaskForm(request.POST or None)
+    template = "feedback/task_submit.html"
+    if request.htmx and request.method == "GET" and "kind" in request.GET:
+        # The kind changed: only its help and example are swapped, what was typed stays.
+        return render(request, template + "#kind-help", _kind_context(request.GET["kind"]))
+    form = TaskForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
-        run = services.task_submit(user=request.user, **form.cleaned_data)
+        data = form.cleaned_data
+        run = services.task_submit(
+            user=request.user,
+            text=data["text"],
+            kind=data["kind"],
+            expected_answer=data["expected_answer"],
+            workspace=data["workspace"],
+            files=data["files"],
+        )
         messages.success(request, _("Task submitted: run #%(id)s is queued.") % {"id": run.pk})
+        if data["files"]:
+            messages.info(request, _("%(n)s file(s) added to the run's workspace.") % {"n": len(data["files"])})
+        if data["repeat"]:
+            services.task_schedule(task=run.task, repeat=data["repeat"], every=data["every"], cron=data["cron"])
+            messages.success(request, _("The task will also run on its schedule (see Recurring tasks)."))
         return redirect("feedback-run-detail", run_id=run.pk)
     status = 400 if form.errors else 200
-    return render(request, "feedback/task_submit.html", {"form": form, "backend": describe_backend()}, status=status)
+    if form.errors:
+        messages.error(request, _("The task was not submitted: please correct the fields marked below."))
+    kind = form["kind"].value() or Task.Kind.GENERAL
+    context = {"form": form, "backend": describe_backend(), **_kind_context(kind)}
+    return render(request, template, context, status=status)
+
+
+def _kind_context(kind: str) -> dict:
+    help_text, example = kind_help(kind)
+    return {"kind_help": help_text, "kind_example": example}

@@ -41,8 +41,9 @@ def page(browser):
 def screenshot(page):
     os.makedirs(SCREENSHOTS, exist_ok=True)
 
-    def take(name: str) -> None:
-        page.screenshot(path=os.path.join(SCREENSHOTS, f"{name}.png"), full_page=True)
+    def take(name: str, *, full_page: bool = True) -> None:
+        # full_page=False keeps a long page (a trace of many steps) to one screen for the README.
+        page.screenshot(path=os.path.join(SCREENSHOTS, f"{name}.png"), full_page=full_page)
 
     return take
 

@@ -1,0 +1,53 @@
+// The trace's small behaviours: copy a step as JSON, and show a clamped payload in full.
+// Delegated from the document, so steps appended by htmx work without re-binding.
+(function () {
+  "use strict";
+
+  function fallback(link, text) {
+    // No clipboard access (plain http, old browser, denied): show the JSON selected, so
+    // Ctrl+C / Cmd+C copies it.
+    var box = document.createElement("textarea");
+    box.className = "copy-fallback";
+    box.value = text;
+    box.rows = 8;
+    box.setAttribute("aria-label", texts(link).copyFallback || "Step JSON: press Ctrl+C to copy");
+    link.insertAdjacentElement("afterend", box);
+    box.focus();
+    box.select();
+  }
+
+  function texts(link) {
+    // The translated words live once on the trace, not on every step.
+    var holder = link.closest("[data-copied]");
+    return holder ? holder.dataset : {};
+  }
+
+  function say(link, message) {
+    link.textContent = message;
+    link.setAttribute("aria-live", "polite");
+  }
+
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest("[data-copy-json]");
+    if (link) {
+      event.preventDefault();
+      var label = link.textContent;
+      fetch(link.href, { headers: { Accept: "application/json" }, credentials: "same-origin" })
+        .then(function (r) { return r.text(); })
+        .then(function (text) {
+          if (!navigator.clipboard || !window.isSecureContext) return fallback(link, text);
+          return navigator.clipboard.writeText(text).then(
+            function () { say(link, texts(link).copied || "Copied"); setTimeout(function () { say(link, label); }, 1500); },
+            function () { fallback(link, text); }
+          );
+        });
+      return;
+    }
+    var button = event.target.closest("[data-show-all]");
+    if (button) {
+      var pre = button.previousElementSibling;
+      pre.classList.toggle("clamp");
+      button.hidden = true;
+    }
+  });
+})();
