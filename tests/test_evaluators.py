@@ -132,7 +132,7 @@ class TestLLMJudge:
         verdict = judge_evaluator(run, {})
         assert verdict.score == 0.9 and verdict.feedback == "Correct and complete."
         assert verdict.details["model"] == "judge-test" and verdict.details["tokens_in"] == 42
-        request = judge_server.requests[-1]["body"]
+        request = judge_server.requests[-1]
         assert request["response_format"]["type"] == "json_schema"
         assert request["response_format"]["json_schema"]["schema"]["required"] == ["score", "feedback"]
         assert "Expected answer:\n4" in request["messages"][1]["content"]

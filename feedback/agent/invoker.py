@@ -56,15 +56,6 @@ class Outcome:
     finished_at: datetime | None = None
     attempts: list[Attempt] = field(default_factory=list)
 
-    def observation(self) -> str:
-        """The text the model reads back as the tool's answer."""
-        if self.ok:
-            payload: dict[str, Any] = {"ok": True, "result": self.result}
-            if self.stale:
-                payload["note"] = "The tool is unavailable; this is its last known result and may be stale."
-            return json.dumps(payload, ensure_ascii=False)
-        return json.dumps({"ok": False, "error": self.error}, ensure_ascii=False)
-
 
 def parse_arguments(raw: str, tool: Tool) -> dict[str, Any]:
     try:

@@ -156,8 +156,9 @@ HAVING COUNT(DISTINCT CASE WHEN failing = 1 THEN run_id END) >= %(support)s
 """
 
 
-def _sequences(since, totals) -> list[Pattern]:
-    params = {
+def _sql_params(since) -> dict:
+    """What the raw SQL calls "failing" and "succeeding", as query parameters."""
+    return {
         "failed": Run.Status.FAILED,
         "succeeded": Run.Status.SUCCEEDED,
         "low": settings.STRATEGY_LOW_SCORE,
@@ -165,6 +166,10 @@ def _sequences(since, totals) -> list[Pattern]:
         "since": since,
         "support": settings.STRATEGY_MIN_SUPPORT,
     }
+
+
+def _sequences(since, totals) -> list[Pattern]:
+    params = _sql_params(since)
     with connection.cursor() as cursor:
         cursor.execute(_SEQUENCES_SQL, params)
         rows = cursor.fetchall()
@@ -254,14 +259,7 @@ HAVING COUNT(DISTINCT r.id) FILTER (WHERE r.status = %(failed)s OR r.score < %(l
 
 
 def _keyword_rows(since) -> list[tuple]:
-    params = {
-        "failed": Run.Status.FAILED,
-        "succeeded": Run.Status.SUCCEEDED,
-        "low": settings.STRATEGY_LOW_SCORE,
-        "good": settings.STRATEGY_GOOD_SCORE,
-        "since": since,
-        "support": settings.STRATEGY_MIN_SUPPORT,
-    }
+    params = _sql_params(since)
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(_KEYWORDS_SQL, params)

@@ -20,6 +20,15 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = os.path.join(os.path.dirname(__file__), "..", "screenshots")
 
 
+@pytest.fixture
+def demo(db):
+    """The demo workspace and users; returns each demo user's password."""
+    from feedback.demo import seed_users, seed_workspace
+
+    seed_workspace()
+    return {username: password for username, password, _ in seed_users()}
+
+
 @pytest.fixture(scope="session")
 def browser():
     with sync_playwright() as p:

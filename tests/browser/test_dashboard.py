@@ -4,10 +4,10 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from feedback.demo import seed_users, seed_workspace
 from feedback.models import Run, Step, Task, ToolConfirmation
 from feedback.services import confirmation_decide
 
@@ -15,12 +15,6 @@ from ..factories import make_run
 from .conftest import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def demo(db):
-    seed_workspace()
-    return {username: password for username, password, _ in seed_users()}
 
 
 def test_staff_watch_a_trace_fill_in_live_without_a_reload(page, live_server, celery_worker_process, demo, screenshot):
@@ -44,9 +38,9 @@ def test_staff_watch_a_trace_fill_in_live_without_a_reload(page, live_server, ce
     page.evaluate("window.notReloaded = true")
 
     run = Run.objects.get()
-    reviewer = seed_users() and __import__("django.contrib.auth", fromlist=["get_user_model"]).get_user_model()
+    reviewer = get_user_model().objects.get(username="reviewer")
     for confirmation in ToolConfirmation.objects.filter(run=run, status=ToolConfirmation.Status.PENDING):
-        confirmation_decide(confirmation=confirmation, user=reviewer.objects.get(username="reviewer"), approve=True)
+        confirmation_decide(confirmation=confirmation, user=reviewer, approve=True)
 
     expect(page.locator("#run-status")).to_have_text("Succeeded", timeout=30_000)
     expect(page.locator("#final-output")).to_be_visible()

@@ -3,7 +3,6 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from feedback.demo import seed_users
 from feedback.evaluation.chain import evaluate_run
 from feedback.models import Evaluation, Run
 
@@ -11,11 +10,6 @@ from ..factories import make_finished_run
 from .conftest import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def demo(db):
-    return {username: password for username, password, _ in seed_users()}
 
 
 def test_a_reviewer_scores_a_run_from_the_queue_and_the_intervention_rate_rises(page, live_server, demo, screenshot):

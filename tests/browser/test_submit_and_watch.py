@@ -3,18 +3,11 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from feedback.demo import seed_users, seed_workspace
 from feedback.models import Run
 
 from .conftest import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def demo(db):
-    seed_workspace()
-    return {username: password for username, password, _ in seed_users()}
 
 
 def test_staff_submit_a_task_and_watch_it_succeed(page, live_server, celery_worker_process, demo, screenshot):

@@ -9,12 +9,10 @@ def shared_folders(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _isolated_folders(settings, shared_folders):
+def _isolated_folders(_isolated_folders, settings, shared_folders):
     # The worker process and this one must see the same workspaces.
     settings.WORKSPACES_ROOT = shared_folders / "workspaces"
     settings.RUN_SANDBOXES_ROOT = shared_folders / "runs"
-    settings.LLM_BACKEND = "offline"
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 # Module scope: a test that starts workers of its own (the SIGKILL test) must not share the
