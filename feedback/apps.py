@@ -10,3 +10,13 @@ class FeedbackConfig(AppConfig):
         from feedback import roles
 
         post_migrate.connect(roles.ensure_groups, sender=self)
+        post_migrate.connect(_ensure_tool_settings, sender=self)
+
+
+def _ensure_tool_settings(**kwargs) -> None:
+    """One ToolSetting row per built-in tool, so the admin lists every tool to switch off."""
+    from feedback.agent.tools import BUILTIN_TOOLS
+    from feedback.models import ToolSetting
+
+    known = set(ToolSetting.objects.values_list("name", flat=True))
+    ToolSetting.objects.bulk_create([ToolSetting(name=name) for name in BUILTIN_TOOLS if name not in known])

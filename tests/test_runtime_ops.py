@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 
 def test_a_disabled_tool_is_not_offered_and_refused(db):
-    ToolSetting.objects.create(name="calculator", enabled=False)
+    ToolSetting.objects.filter(name="calculator").update(enabled=False)
     run = make_run(text="What is 2 + 2?")
     execute_run(run.pk)
     run.refresh_from_db()
@@ -32,7 +32,7 @@ def test_a_disabled_tool_is_not_offered_and_refused(db):
 def test_a_timeout_override_applies_at_the_next_run(db):
     from feedback.agent.tools import enabled_tools
 
-    ToolSetting.objects.create(name="read_text_file", timeout_seconds=0.5)
+    ToolSetting.objects.filter(name="read_text_file").update(timeout_seconds=0.5)
     assert enabled_tools()["read_text_file"].timeout == 0.5
 
 
@@ -49,8 +49,8 @@ def test_every_log_line_of_a_run_carries_its_ids(db, caplog):
 
 
 def test_validation_is_recorded_on_the_step_and_rules_come_from_the_admin(db):
-    ToolSetting.objects.create(
-        name="calculator", config={"result_rules": [{"type": "range", "path": "value", "max": 100}]}
+    ToolSetting.objects.filter(name="calculator").update(
+        config={"result_rules": [{"type": "range", "path": "value", "max": 100}]}
     )
     small = make_run(text="What is 2 + 2?")
     execute_run(small.pk)
@@ -62,3 +62,11 @@ def test_validation_is_recorded_on_the_step_and_rules_come_from_the_admin(db):
     assert step.validation_status == "fail" and step.success is False
     assert step.error_class == "ValidationFailed" and step.attempts == 1
     assert big.steps.filter(kind="reflection").exists()
+
+
+def test_every_built_in_tool_has_a_setting_row_for_the_admin(db):
+    from feedback.agent.tools import BUILTIN_TOOLS
+
+    # Created after migrate, so operators find every tool in the admin, enabled.
+    assert set(ToolSetting.objects.values_list("name", flat=True)) >= set(BUILTIN_TOOLS)
+    assert not ToolSetting.objects.filter(enabled=False).exists()

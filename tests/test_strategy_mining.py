@@ -112,3 +112,35 @@ def test_autonomy_sends_strong_proposals_to_trial_never_to_active(settings):
     assert not Strategy.objects.filter(status="active").exists()
     event = StrategyEvent.objects.get(action="approve", strategy__pattern_kind="error_signature")
     assert event.actor is None and event.reason.startswith("Autonomy: support 12")
+
+
+def test_with_an_endpoint_the_model_writes_the_guidance(settings):
+    from .fake_openai import FakeOpenAI, completion
+
+    planted_history()
+    with FakeOpenAI() as endpoint:
+        settings.LLM_BACKEND = "openai"
+        settings.OPENAI_BASE_URL = endpoint.base_url
+        endpoint.responder = lambda body: completion(
+            '{"title": "Find the file first", "guidance": "List sub-folders before reading a file."}'
+        )
+        mine_and_propose()
+        prompt = endpoint.requests[0]["messages"][0]["content"]
+    version = Strategy.objects.get(pattern_kind="error_signature").current_version
+    assert version.strategy.title == "Find the file first"
+    assert version.new_guidance == "List sub-folders before reading a file."
+    assert '"failing_with": 12' in prompt  # the evidence went to the model
+    assert version.guardrails[0]["action"] == "resolve_in_workspace"  # rules, not the model, set these
+
+
+def test_a_model_that_answers_nonsense_leaves_the_template(settings):
+    from .fake_openai import FakeOpenAI, completion
+
+    planted_history()
+    with FakeOpenAI() as endpoint:
+        settings.LLM_BACKEND = "openai"
+        settings.OPENAI_BASE_URL = endpoint.base_url
+        endpoint.responder = lambda body: completion("I think you should be careful.")
+        mine_and_propose()
+    version = Strategy.objects.get(pattern_kind="error_signature").current_version
+    assert version.new_guidance.startswith("When calling read_text_file in file analysis tasks")
