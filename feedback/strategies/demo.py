@@ -19,6 +19,7 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from feedback import metrics, roles
+from feedback.agent.llm import describe_backend
 from feedback.agent.loop import execute_run
 from feedback.agent.tools import ToolContext
 from feedback.agent.tools.text import analyze_text
@@ -107,7 +108,8 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
     rng = random.Random(seed)
     workspace = seed_workspace()
     user = get_user_model().objects.filter(username="staff").first()
-    out(f"Phase 1: {tasks_per_phase} tasks with no live strategy (offline demo model)...")
+    out(f"Model: {describe_backend()}")
+    out(f"Phase 1: {tasks_per_phase} tasks with no live strategy...")
     before = run_phase("before", workload(rng, tasks_per_phase, workspace), user, workspace)
 
     proposed = mine_and_propose()
