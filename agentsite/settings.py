@@ -208,6 +208,9 @@ HTTP_GET_ALLOWED_HOSTS = env.list("HTTP_GET_ALLOWED_HOSTS", default=[])
 RUN_HEARTBEAT_SECONDS = env.float("RUN_HEARTBEAT_SECONDS", default=5.0)
 RUN_STALE_AFTER_SECONDS = env.float("RUN_STALE_AFTER_SECONDS", default=60.0)
 
+# Mask personal data and secrets (emails, phones, cards, API keys) before anything is stored.
+PRIVACY_MASKING = env.bool("PRIVACY_MASKING", default=True)
+
 # --- Strategies (layer 3) ----------------------------------------------------------------------
 STRATEGY_MINING_WINDOW_DAYS = env.int("STRATEGY_MINING_WINDOW_DAYS", default=30)
 STRATEGY_MIN_SUPPORT = env.int("STRATEGY_MIN_SUPPORT", default=5)

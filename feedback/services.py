@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from feedback.agent.sandbox import SandboxError, resolve
 from feedback.models import Evaluation, Run, Task, ToolConfirmation, Workspace
+from feedback.privacy import mask_text
 
 if TYPE_CHECKING:
     from django_celery_beat.models import PeriodicTask
@@ -38,7 +39,11 @@ def task_submit(
     if files:
         workspace = workspace_with_uploads(base=workspace, files=files)
     task = Task.objects.create(
-        text=text, kind=kind, expected_answer=expected_answer, workspace=workspace, created_by=user
+        text=mask_text(text),
+        kind=kind,
+        expected_answer=mask_text(expected_answer),
+        workspace=workspace,
+        created_by=user,
     )
     return _task_queue_run(task=task)
 

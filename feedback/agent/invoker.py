@@ -21,6 +21,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from feedback.evaluation.validation import validate
+from feedback.privacy import unmask_emails
 
 from .breaker import CircuitBreaker
 from .tools import Tool, ToolContext, ToolError
@@ -141,6 +142,8 @@ def invoke(name: str, raw_arguments: str, ctx: ToolContext, tools: dict[str, Too
     except json.JSONDecodeError:
         recorded = raw_arguments
     outcome = Outcome(arguments=recorded)
+    # The stored history holds email pseudonyms; the tool gets the real address (see privacy).
+    raw_arguments = unmask_emails(raw_arguments, ctx.workspace) if isinstance(raw_arguments, str) else raw_arguments
     tool = tools.get(name)
     try:
         if tool is None:

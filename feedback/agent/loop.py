@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from feedback.logging import current_run, current_step
 from feedback.models import Run, Step, Task, ToolConfirmation
+from feedback.privacy import mask, mask_text
 from feedback.strategies import injection as strategy_injection
 
 from .conversation import conversation
@@ -249,7 +250,7 @@ class AgentLoop:
             outcome.error_class = "ToolError"
             return None, outcome
         task = Task.objects.create(
-            text=outcome.result["task"],
+            text=mask_text(outcome.result["task"]),
             kind=outcome.result["kind"],
             workspace=self.run.task.workspace,
             created_by=self.run.task.created_by,
@@ -293,7 +294,8 @@ class AgentLoop:
                 defaults={
                     "turn": turn,
                     "tool_name": call.name,
-                    "arguments": parse_arguments(call.arguments, self.tools[call.name]),
+                    # Stored masked: on approval the invoker resolves the pseudonyms again.
+                    "arguments": mask(parse_arguments(call.arguments, self.tools[call.name])),
                 },
             )
         self.record.update_run(status=Run.Status.AWAITING_CONFIRMATION, worker="")
@@ -360,7 +362,7 @@ def execute_run(run_id: int, *, model: ChatModel | None = None) -> None:
         logger.exception("run crashed")
         Run.objects.filter(pk=run_id, worker=lease, status=Run.Status.RUNNING).update(
             status=Run.Status.FAILED,
-            error=f"Internal error: {type(exc).__name__}: {exc}",
+            error=mask_text(f"Internal error: {type(exc).__name__}: {exc}"),
             finished_at=timezone.now(),
         )
     finally:

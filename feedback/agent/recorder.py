@@ -18,10 +18,14 @@ from django.utils import timezone
 
 from feedback.logging import current_step
 from feedback.models import Run, Step, StepAttempt
+from feedback.privacy import mask
 
 from .errors import error_signature
 from .invoker import Attempt, Outcome
 from .llm import LLMAttempt, ToolCall
+
+_MASKED_STEP_FIELDS = ("thought", "arguments", "result", "error")
+_MASKED_RUN_FIELDS = ("system_prompt", "final_output", "error", "plan")
 
 
 class LeaseLost(Exception):
@@ -40,6 +44,8 @@ class Recorder:
     def step(self, tries: list[Attempt] | list[LLMAttempt] = (), **fields: Any) -> Step:
         """Write the next step; ``tries`` are its attempt rows (tool or model call)."""
         fields.setdefault("attempts", max(1, len(tries)))
+        # Personal data and secrets never reach the database (the tool already had the real values).
+        fields.update({k: mask(fields[k]) for k in _MASKED_STEP_FIELDS if k in fields})
         with transaction.atomic():
             owner = (
                 Run.objects.select_for_update()
@@ -63,7 +69,7 @@ class Recorder:
                         number=a.number,
                         started_at=a.started_at,
                         duration_ms=a.duration_ms,
-                        error=a.error,
+                        error=mask(a.error),
                         error_class=getattr(a, "error_class", "") or ("LLMError" if a.error else ""),
                         retryable=a.retryable,
                     )
@@ -98,6 +104,7 @@ class Recorder:
         )
 
     def update_run(self, **fields: Any) -> None:
+        fields = {k: mask(v) if k in _MASKED_RUN_FIELDS else v for k, v in fields.items()}
         if not Run.objects.filter(pk=self.run.pk, worker=self.lease).update(**fields):
             raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
         for name, value in fields.items():
