@@ -142,7 +142,8 @@ def test_staff_reach_their_own_run_in_every_form(client, two_runs):
 def test_staff_reach_no_other_person_s_run_in_any_form(client, two_runs):
     owner, _, others = two_runs
     client.force_login(owner)
-    detail, trace = reverse("feedback-run-detail", args=[others.pk]), reverse("feedback-run-trace-json", args=[others.pk])
+    detail = reverse("feedback-run-detail", args=[others.pk])
+    trace = reverse("feedback-run-trace-json", args=[others.pk])
     for response in (
         client.get(detail),
         client.get(detail, {"part": "row"}, HTTP_HX_REQUEST="true"),

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection
 from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -27,7 +28,7 @@ from .guardrails import Decision, Guardrails
 from .invoker import Outcome, invoke, parse_arguments
 from .llm import ChatModel, LLMAttempt, LLMReply, ToolCall, complete_with_retries, get_model
 from .prompts import build_system_prompt
-from .recorder import Heartbeat, LeaseLost, Recorder, new_lease
+from .recorder import Heartbeat, LeaseLost, Recorder, drop_broken_connection, new_lease
 from .reflection import reflect
 from .retrieval import select_tools
 from .tools import Tool, ToolContext, ToolError, enabled_tools
@@ -104,6 +105,7 @@ class AgentLoop:
         )
 
     def _limit_reached(self) -> str:
+        drop_broken_connection()
         run = Run.objects.only("step_count", "cancel_requested").get(pk=self.run.pk)
         if run.cancel_requested:
             return "cancelled"
@@ -360,12 +362,27 @@ def execute_run(run_id: int, *, model: ChatModel | None = None) -> None:
         logger.warning("lost the lease of run %s to another worker; stopping", run_id)
     except Exception as exc:
         logger.exception("run crashed")
-        Run.objects.filter(pk=run_id, worker=lease, status=Run.Status.RUNNING).update(
-            status=Run.Status.FAILED,
-            error=mask_text(f"Internal error: {type(exc).__name__}: {exc}"),
-            finished_at=timezone.now(),
-        )
+        _fail_crashed_run(run_id, lease, exc)
     finally:
         heartbeat.stop()
         current_run.set(parent_run)
         current_step.set(None)
+
+
+def _fail_crashed_run(run_id: int, lease: str, exc: Exception) -> None:
+    """Mark a crashed run failed, with the reason. The crash may have been the database
+    connection itself, so a dropped one is replaced first; if the database stays away, the
+    heartbeat stops and the reaper re-queues the run later: it is never left half-done."""
+    error = mask_text(f"Internal error: {type(exc).__name__}: {exc}")
+    for _ in range(2):
+        try:
+            drop_broken_connection()
+            Run.objects.filter(pk=run_id, worker=lease, status=Run.Status.RUNNING).update(
+                status=Run.Status.FAILED, error=error, finished_at=timezone.now()
+            )
+            return
+        except (OperationalError, InterfaceError):
+            if connection.in_atomic_block:
+                raise
+            connection.close()
+    logger.error("could not mark run %s failed; the reaper will re-queue it", run_id)
