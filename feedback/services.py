@@ -49,10 +49,10 @@ def task_submit(
 
 
 def _task_queue_run(*, task: Task) -> Run:
-    from feedback.tasks import run_execute_task
+    from feedback.tasks import queue_after_commit, run_execute_task
 
     run = Run.objects.create(task=task, task_kind=task.kind)
-    run_execute_task.delay_on_commit(run.pk)
+    queue_after_commit(run_execute_task, run.pk)
     return run
 
 
@@ -200,9 +200,9 @@ def confirmation_decide(
             status=Run.Status.QUEUED
         )
         if resumed:
-            from feedback.tasks import run_execute_task
+            from feedback.tasks import queue_after_commit, run_execute_task
 
-            run_execute_task.delay_on_commit(run_id)
+            queue_after_commit(run_execute_task, run_id)
     confirmation.refresh_from_db()
     return confirmation
 

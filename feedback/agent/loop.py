@@ -121,9 +121,9 @@ class AgentLoop:
             plan = [{**i, "status": "completed"} if i.get("status") == "in_progress" else i for i in plan]
         self.record.update_run(status=status, final_output=output, error=error, finished_at=timezone.now(), plan=plan)
         logger.info("run finished: %s %s", status, error)
-        from feedback.tasks import run_evaluate_task  # late: feedback.tasks imports this module
+        from feedback.tasks import queue_after_commit, run_evaluate_task  # late: feedback.tasks imports this module
 
-        run_evaluate_task.delay_on_commit(self.run.pk)
+        queue_after_commit(run_evaluate_task, self.run.pk)
 
     # --- the loop -------------------------------------------------------------------------
     def execute(self) -> None:
