@@ -67,11 +67,41 @@ class Outcome:
         return json.dumps({"ok": False, "error": self.error}, ensure_ascii=False)
 
 
-def parse_arguments(raw: str, tool: Tool) -> dict[str, Any]:
+# Model output is hostile until proven otherwise: bounded in size, strict JSON only.
+MAX_ARGUMENTS_CHARS = 200_000
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is too large a number")
+    return value
+
+
+def strict_json(raw: str) -> Any:
+    """json.loads without NaN, Infinity or overflowing numbers (PostgreSQL's jsonb refuses them),
+    within a size bound, and without the RecursionError of absurdly deep nesting."""
+    if len(raw) > MAX_ARGUMENTS_CHARS:
+        raise ValueError(f"longer than {MAX_ARGUMENTS_CHARS} characters")
     try:
-        arguments = json.loads(raw or "{}")
+        return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def parse_arguments(raw: str, tool: Tool) -> dict[str, Any]:
+    if not isinstance(raw, str):
+        raise ToolError("The arguments must be a JSON object in a string.")
+    try:
+        arguments = strict_json(raw or "{}")
     except json.JSONDecodeError as exc:
         raise ToolError(f"The arguments are not valid JSON ({exc.msg} at position {exc.pos}).") from exc
+    except ValueError as exc:
+        raise ToolError(f"The arguments are not valid JSON ({exc}).") from exc
     if not isinstance(arguments, dict):
         raise ToolError("The arguments must be a JSON object.")
     try:
@@ -138,9 +168,9 @@ def _call_with_retries(tool: Tool, arguments: dict[str, Any], ctx: ToolContext, 
 
 def invoke(name: str, raw_arguments: str, ctx: ToolContext, tools: dict[str, Tool]) -> Outcome:
     try:
-        recorded: Any = json.loads(raw_arguments or "{}")
-    except json.JSONDecodeError:
-        recorded = raw_arguments
+        recorded: Any = strict_json(raw_arguments or "{}")
+    except (ValueError, TypeError):
+        recorded = raw_arguments if isinstance(raw_arguments, str) else repr(raw_arguments)
     outcome = Outcome(arguments=recorded)
     # The stored history holds email pseudonyms; the tool gets the real address (see privacy).
     raw_arguments = unmask_emails(raw_arguments, ctx.workspace) if isinstance(raw_arguments, str) else raw_arguments

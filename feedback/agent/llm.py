@@ -98,6 +98,8 @@ def parse_json_reply(text: str, turn_id: str) -> LLMReply:
         data = json.loads(stripped)
     except json.JSONDecodeError as exc:
         return LLMReply(content=text, malformed=f"Your reply was not valid JSON ({exc.msg}).")
+    except RecursionError:
+        return LLMReply(content=text[:2000], malformed="Your reply was nested too deeply.")
     if not isinstance(data, dict):
         return LLMReply(content=text, malformed="Your reply must be a JSON object.")
     if isinstance(data.get("final_answer"), str):

@@ -20,15 +20,15 @@ from django.utils import timezone
 
 from feedback.logging import current_run, current_step
 from feedback.models import Run, Step, Task, ToolConfirmation
-from feedback.privacy import mask, mask_text
+from feedback.privacy import mask_text
 from feedback.strategies import injection as strategy_injection
 
 from .conversation import conversation
 from .guardrails import Decision, Guardrails
-from .invoker import Outcome, invoke, parse_arguments
+from .invoker import Outcome, invoke, parse_arguments, strict_json
 from .llm import ChatModel, LLMAttempt, LLMReply, ToolCall, complete_with_retries, get_model
 from .prompts import build_system_prompt
-from .recorder import Heartbeat, LeaseLost, Recorder, drop_broken_connection, new_lease
+from .recorder import Heartbeat, LeaseLost, Recorder, drop_broken_connection, new_lease, storable
 from .reflection import reflect
 from .retrieval import select_tools
 from .tools import Tool, ToolContext, ToolError, enabled_tools
@@ -297,7 +297,7 @@ class AgentLoop:
                     "turn": turn,
                     "tool_name": call.name,
                     # Stored masked: on approval the invoker resolves the pseudonyms again.
-                    "arguments": mask(parse_arguments(call.arguments, self.tools[call.name])),
+                    "arguments": storable(parse_arguments(call.arguments, self.tools[call.name])),
                 },
             )
         self.record.update_run(status=Run.Status.AWAITING_CONFIRMATION, worker="")
@@ -322,8 +322,8 @@ class AgentLoop:
 
 def _refused(call: ToolCall, message: str, error_class: str) -> Outcome:
     try:
-        arguments = json.loads(call.arguments or "{}")
-    except json.JSONDecodeError:
+        arguments = strict_json(call.arguments or "{}")
+    except (ValueError, TypeError):
         arguments = call.arguments
     return Outcome(arguments=arguments, error=message, error_class=error_class, finished_at=timezone.now())
 

@@ -6,6 +6,7 @@ so a step is never half-written and indices stay contiguous. A worker that lost 
 """
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -20,7 +21,7 @@ from django.utils import timezone
 
 from feedback.logging import current_step
 from feedback.models import Run, Step, StepAttempt
-from feedback.privacy import mask
+from feedback.privacy import mask_text
 
 from .errors import error_signature
 from .invoker import Attempt, Outcome
@@ -47,6 +48,21 @@ def drop_broken_connection() -> None:
         connection.close()
 
 
+def storable(value: Any) -> Any:
+    """``value`` as PostgreSQL can store it and privacy allows: masked, without the NUL
+    characters text and jsonb columns refuse, without NaN or infinite numbers jsonb refuses.
+    Model output and tool results are hostile input: none of this may crash a run."""
+    if isinstance(value, str):
+        return mask_text(value).replace("\x00", "\ufffd")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {storable(str(k)): storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(v) for v in value]
+    return value
+
+
 class LeaseLost(Exception):
     """Another worker owns this run now; this one must stop without writing."""
 
@@ -68,7 +84,7 @@ class Recorder:
         through but its acknowledgement was lost, the retry finds the step already there."""
         fields.setdefault("attempts", max(1, len(tries)))
         # Personal data and secrets never reach the database (the tool already had the real values).
-        fields.update({k: mask(fields[k]) for k in _MASKED_STEP_FIELDS if k in fields})
+        fields.update({k: storable(fields[k]) for k in _MASKED_STEP_FIELDS if k in fields})
         seen: list[int] = []
         for attempt in range(1, DB_WRITE_ATTEMPTS + 1):
             try:
@@ -112,7 +128,7 @@ class Recorder:
                         number=a.number,
                         started_at=a.started_at,
                         duration_ms=a.duration_ms,
-                        error=mask(a.error),
+                        error=storable(a.error),
                         error_class=getattr(a, "error_class", "") or ("LLMError" if a.error else ""),
                         retryable=a.retryable,
                     )
@@ -146,7 +162,7 @@ class Recorder:
         )
 
     def update_run(self, **fields: Any) -> None:
-        fields = {k: mask(v) if k in _MASKED_RUN_FIELDS else v for k, v in fields.items()}
+        fields = {k: storable(v) if k in _MASKED_RUN_FIELDS else v for k, v in fields.items()}
         if not Run.objects.filter(pk=self.run.pk, worker=self.lease).update(**fields):
             raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
         for name, value in fields.items():
