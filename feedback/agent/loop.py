@@ -120,7 +120,8 @@ class AgentLoop:
         if status == Run.Status.SUCCEEDED:
             plan = [{**i, "status": "completed"} if i.get("status") == "in_progress" else i for i in plan]
         self.record.update_run(status=status, final_output=output, error=error, finished_at=timezone.now(), plan=plan)
-        logger.info("run finished: %s %s", status, error)
+        # The run id in the message itself: Celery's worker log format drops the context filter.
+        logger.info("run %s finished: %s %s", self.run.pk, status, error)
         from feedback.tasks import queue_after_commit, run_evaluate_task  # late: feedback.tasks imports this module
 
         queue_after_commit(run_evaluate_task, self.run.pk)
