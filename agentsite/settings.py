@@ -105,7 +105,10 @@ CACHES = {"default": env.cache("CACHE_URL", default=f"filecache://{VAR_DIR / 'ca
 # --- Auth ------------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": env.int("PASSWORD_MIN_LENGTH", default=12)},
+    },
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
@@ -142,7 +145,22 @@ SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=False)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=False)
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)
+# Only for a domain whose every subdomain is HTTPS; both are needed for `check --deploy`.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+# Behind a TLS-terminating proxy, e.g. "HTTP_X_FORWARDED_PROTO,https". Never set by default:
+# trusting the header without such a proxy would let a client claim HTTPS.
+_proxy_header = env.list("SECURE_PROXY_SSL_HEADER", default=[])
+if len(_proxy_header) == 2:
+    SECURE_PROXY_SSL_HEADER = tuple(_proxy_header)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+# A working day; people log in again after that (the default is two weeks).
+SESSION_COOKIE_AGE = env.int("SESSION_COOKIE_AGE", default=12 * 3600)
+# htmx sends the token from the page's hx-headers, never from the cookie: scripts need not read it.
+CSRF_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 
 # --- Celery ----------------------------------------------------------------------------------
@@ -207,6 +225,9 @@ HTTP_GET_ALLOWED_HOSTS = env.list("HTTP_GET_ALLOWED_HOSTS", default=[])
 # A running run whose heartbeat is older than this lost its worker; the reaper re-queues it.
 RUN_HEARTBEAT_SECONDS = env.float("RUN_HEARTBEAT_SECONDS", default=5.0)
 RUN_STALE_AFTER_SECONDS = env.float("RUN_STALE_AFTER_SECONDS", default=60.0)
+
+# Mask personal data and secrets (emails, phones, cards, API keys) before anything is stored.
+PRIVACY_MASKING = env.bool("PRIVACY_MASKING", default=True)
 
 # --- Strategies (layer 3) ----------------------------------------------------------------------
 STRATEGY_MINING_WINDOW_DAYS = env.int("STRATEGY_MINING_WINDOW_DAYS", default=30)

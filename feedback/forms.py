@@ -217,12 +217,21 @@ class StrategyDecisionForm(forms.Form):
 class _JSONField(forms.CharField):
     widget = forms.Textarea(attrs={"rows": 4, "spellcheck": "false"})
 
-    def to_python(self, value):
-        text = super().to_python(value)
+    def clean(self, value):
+        # The text is checked as text (length, NUL) before it is parsed: validators written for
+        # strings must never see the parsed number or list.
+        text = super().clean(value)
         try:
-            return json.loads(text or "null")
+            return json.loads(text or "null", parse_constant=_no_constant)
         except json.JSONDecodeError as exc:
             raise forms.ValidationError(_("Not valid JSON: %(error)s") % {"error": exc.msg}) from exc
+        except (ValueError, RecursionError) as exc:
+            raise forms.ValidationError(_("Not valid JSON: %(error)s") % {"error": exc}) from exc
+
+
+def _no_constant(name: str) -> None:
+    # NaN and Infinity are not JSON, and PostgreSQL's jsonb refuses them.
+    raise ValueError(f"{name} is not allowed")
 
 
 class StrategyEditForm(forms.Form):

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from feedback.agent.sandbox import SandboxError, resolve
 from feedback.models import Evaluation, Run, Task, ToolConfirmation, Workspace
+from feedback.privacy import mask_text
 
 if TYPE_CHECKING:
     from django_celery_beat.models import PeriodicTask
@@ -38,16 +39,20 @@ def task_submit(
     if files:
         workspace = workspace_with_uploads(base=workspace, files=files)
     task = Task.objects.create(
-        text=text, kind=kind, expected_answer=expected_answer, workspace=workspace, created_by=user
+        text=mask_text(text),
+        kind=kind,
+        expected_answer=mask_text(expected_answer),
+        workspace=workspace,
+        created_by=user,
     )
     return _task_queue_run(task=task)
 
 
 def _task_queue_run(*, task: Task) -> Run:
-    from feedback.tasks import run_execute_task
+    from feedback.tasks import queue_after_commit, run_execute_task
 
     run = Run.objects.create(task=task, task_kind=task.kind)
-    run_execute_task.delay_on_commit(run.pk)
+    queue_after_commit(run_execute_task, run.pk)
     return run
 
 
@@ -195,9 +200,9 @@ def confirmation_decide(
             status=Run.Status.QUEUED
         )
         if resumed:
-            from feedback.tasks import run_execute_task
+            from feedback.tasks import queue_after_commit, run_execute_task
 
-            run_execute_task.delay_on_commit(run_id)
+            queue_after_commit(run_execute_task, run_id)
     confirmation.refresh_from_db()
     return confirmation
 

@@ -43,7 +43,7 @@ def error(status: int, message: str = "error") -> dict:
 
 
 class FakeOpenAI:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.script: list[dict] = []
         self.responder: Callable[[dict], dict] | None = None
         self.requests: list[dict] = []
@@ -87,7 +87,7 @@ class FakeOpenAI:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"

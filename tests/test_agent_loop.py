@@ -5,8 +5,9 @@ import pytest
 from feedback import services
 from feedback.agent.conversation import conversation
 from feedback.agent.llm import LLMReply, ToolCall
-from feedback.agent.loop import AgentLoop, execute_run
+from feedback.agent.loop import AgentLoop, execute_run, sandbox_path
 from feedback.models import Run, Step, Task, ToolConfirmation
+from feedback.privacy import email_pseudonym
 
 from .factories import make_run
 
@@ -195,15 +196,16 @@ def test_conversation_is_rebuilt_from_steps(demo_workspace):
     assert messages[-1]["content"] == run.final_output
 
 
-def test_a_sensitive_call_waits_and_approval_resumes_it(db, reviewer, django_capture_on_commit_callbacks):
+def test_a_sensitive_call_waits_and_approval_resumes_it(demo_workspace, reviewer, django_capture_on_commit_callbacks):
     reply = LLMReply(
         content="Replying to the customer.",
-        tool_calls=[call("send_reply", to="maria@example.com", subject="Refund", body="Your refund is on its way.")],
+        tool_calls=[call("send_reply", to="ops@northwind.example", subject="Refund", body="On its way.")],
     )
-    run = run_loop(make_run(kind=Task.Kind.EMAIL_TRIAGE), ScriptedModel([reply]))
+    run = run_loop(make_run(kind=Task.Kind.EMAIL_TRIAGE, workspace=demo_workspace), ScriptedModel([reply]))
     assert run.status == Run.Status.AWAITING_CONFIRMATION and run.worker == ""
     confirmation = ToolConfirmation.objects.get(run=run)
-    assert confirmation.arguments["to"] == "maria@example.com"
+    # Stored masked (privacy); the address is resolved from the run's own files when it runs.
+    assert confirmation.arguments["to"] == email_pseudonym("ops@northwind.example")
     assert not run.steps.filter(tool_name="send_reply").exists()
 
     with django_capture_on_commit_callbacks() as queued:
@@ -217,6 +219,8 @@ def test_a_sensitive_call_waits_and_approval_resumes_it(db, reviewer, django_cap
     run = run_loop(run, model)
     sent = run.steps.get(tool_name="send_reply")
     assert sent.success and sent.result["saved_as"] == "outbox/001-reply.txt"
+    outbox = sandbox_path(run) / "outbox" / "001-reply.txt"
+    assert outbox.read_text().startswith("To: ops@northwind.example\n")
     assert run.status == Run.Status.SUCCEEDED
     tool_message = next(m for m in model.seen[0] if m["role"] == "tool")
     assert json.loads(tool_message["content"])["ok"] is True
@@ -276,8 +280,9 @@ def test_offline_triage_with_replies_waits_for_a_person(demo_workspace, reviewer
     run.refresh_from_db()
     assert run.status == Run.Status.AWAITING_CONFIRMATION
     waiting = list(run.confirmations.order_by("pk"))
-    assert [c.arguments["to"] for c in waiting] == ["ops@northwind.example", "j.chen@example.org",
-                                                   "finance@contoso.example"]  # fmt: skip
+    assert [c.arguments["to"] for c in waiting] == [
+        email_pseudonym(a) for a in ("ops@northwind.example", "j.chen@example.org", "finance@contoso.example")
+    ]
     for i, confirmation in enumerate(waiting):
         services.confirmation_decide(confirmation=confirmation, user=reviewer, approve=i != 1, reason="")
     run.refresh_from_db()

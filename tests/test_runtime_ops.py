@@ -42,10 +42,10 @@ def test_every_log_line_of_a_run_carries_its_ids(db, caplog):
     caplog.set_level(logging.INFO, logger="feedback")
     run = make_run(text="What is 2 + 2?")
     execute_run(run.pk)
-    finished = [r for r in caplog.records if "run finished" in r.getMessage()]
+    finished = [r for r in caplog.records if " finished: " in r.getMessage()]
     assert finished and finished[0].run_id == run.pk and finished[0].step == 3
     line = json.loads(JsonFormatter().format(finished[0]))
-    assert line["run_id"] == run.pk and line["message"].startswith("run finished: succeeded")
+    assert line["run_id"] == run.pk and line["message"].startswith(f"run {run.pk} finished: succeeded")
 
 
 def test_validation_is_recorded_on_the_step_and_rules_come_from_the_admin(db):

@@ -19,7 +19,7 @@ def test_it_queues_a_run_after_commit(client, staff, demo_workspace, django_capt
     from feedback import tasks
 
     sent = []
-    monkeypatch.setattr(tasks.run_execute_task, "delay", sent.append)
+    monkeypatch.setattr(tasks.run_execute_task, "apply_async", lambda args, kwargs: sent.append(*args))
     client.force_login(staff)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         response = client.post(
@@ -151,7 +151,7 @@ def test_a_recurring_task_gets_a_beat_entry_that_queues_new_runs(client, staff, 
     from feedback import tasks
 
     sent = []
-    monkeypatch.setattr(tasks.run_execute_task, "delay", sent.append)
+    monkeypatch.setattr(tasks.run_execute_task, "apply_async", lambda args, kwargs: sent.append(*args))
     client.force_login(staff)
     response = client.post(URL, {"kind": "arithmetic", "text": "What is 2 + 2?", "repeat": "hours", "every": "6"})
     assert response.status_code == 302

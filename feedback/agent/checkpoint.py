@@ -18,7 +18,7 @@ from feedback.models import Run
 
 
 def reap_stale_runs() -> list[int]:
-    from feedback.tasks import run_execute_task
+    from feedback.tasks import queue_after_commit, run_execute_task
 
     cutoff = timezone.now() - timedelta(seconds=settings.RUN_STALE_AFTER_SECONDS)
     stale_running = Q(status=Run.Status.RUNNING) & (Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
@@ -33,6 +33,6 @@ def reap_stale_runs() -> list[int]:
                 status=Run.Status.QUEUED, worker="", heartbeat_at=timezone.now()
             )
             if moved:
-                run_execute_task.delay_on_commit(run_id)
+                queue_after_commit(run_execute_task, run_id)
                 requeued.append(run_id)
     return requeued

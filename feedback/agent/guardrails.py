@@ -99,7 +99,7 @@ class Guardrails:
                 )
         try:
             arguments = json.loads(raw_arguments or "{}")
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             return Decision(arguments=raw_arguments)  # the invoker reports the bad JSON
         if not isinstance(arguments, dict):
             return Decision(arguments=raw_arguments)

@@ -21,6 +21,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from feedback.evaluation.validation import validate
+from feedback.privacy import unmask_emails
 
 from .breaker import CircuitBreaker
 from .tools import Tool, ToolContext, ToolError
@@ -57,11 +58,41 @@ class Outcome:
     attempts: list[Attempt] = field(default_factory=list)
 
 
-def parse_arguments(raw: str, tool: Tool) -> dict[str, Any]:
+# Model output is hostile until proven otherwise: bounded in size, strict JSON only.
+MAX_ARGUMENTS_CHARS = 200_000
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is too large a number")
+    return value
+
+
+def strict_json(raw: str) -> Any:
+    """json.loads without NaN, Infinity or overflowing numbers (PostgreSQL's jsonb refuses them),
+    within a size bound, and without the RecursionError of absurdly deep nesting."""
+    if len(raw) > MAX_ARGUMENTS_CHARS:
+        raise ValueError(f"longer than {MAX_ARGUMENTS_CHARS} characters")
     try:
-        arguments = json.loads(raw or "{}")
+        return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def parse_arguments(raw: str, tool: Tool) -> dict[str, Any]:
+    if not isinstance(raw, str):
+        raise ToolError("The arguments must be a JSON object in a string.")
+    try:
+        arguments = strict_json(raw or "{}")
     except json.JSONDecodeError as exc:
         raise ToolError(f"The arguments are not valid JSON ({exc.msg} at position {exc.pos}).") from exc
+    except ValueError as exc:
+        raise ToolError(f"The arguments are not valid JSON ({exc}).") from exc
     if not isinstance(arguments, dict):
         raise ToolError("The arguments must be a JSON object.")
     try:
@@ -128,10 +159,12 @@ def _call_with_retries(tool: Tool, arguments: dict[str, Any], ctx: ToolContext, 
 
 def invoke(name: str, raw_arguments: str, ctx: ToolContext, tools: dict[str, Tool]) -> Outcome:
     try:
-        recorded: Any = json.loads(raw_arguments or "{}")
-    except json.JSONDecodeError:
-        recorded = raw_arguments
+        recorded: Any = strict_json(raw_arguments or "{}")
+    except (ValueError, TypeError):
+        recorded = raw_arguments if isinstance(raw_arguments, str) else repr(raw_arguments)
     outcome = Outcome(arguments=recorded)
+    # The stored history holds email pseudonyms; the tool gets the real address (see privacy).
+    raw_arguments = unmask_emails(raw_arguments, ctx.workspace) if isinstance(raw_arguments, str) else raw_arguments
     tool = tools.get(name)
     try:
         if tool is None:

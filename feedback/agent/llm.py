@@ -98,6 +98,8 @@ def parse_json_reply(text: str, turn_id: str) -> LLMReply:
         data = json.loads(stripped)
     except json.JSONDecodeError as exc:
         return LLMReply(content=text, malformed=f"Your reply was not valid JSON ({exc.msg}).")
+    except RecursionError:
+        return LLMReply(content=text[:2000], malformed="Your reply was nested too deeply.")
     if not isinstance(data, dict):
         return LLMReply(content=text, malformed="Your reply must be a JSON object.")
     if isinstance(data.get("final_answer"), str):
@@ -193,7 +195,7 @@ def complete_with_retries(
     model: ChatModel, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
 ) -> tuple[LLMReply | None, list[LLMAttempt], LLMError | None]:
     """Call the model, retrying only transient errors (429, 5xx, timeouts, connection) with
-    exponential backoff and full jitter. Returns the reply, every failed attempt, and the final
+    exponential backoff and jitter. Returns the reply, every failed attempt, and the final
     error when it gave up."""
     attempts: list[LLMAttempt] = []
     for number in range(1, settings.LLM_MAX_ATTEMPTS + 1):
@@ -205,7 +207,11 @@ def complete_with_retries(
             attempts.append(LLMAttempt(number, started, duration, str(exc), exc.retryable))
             if not exc.retryable or number == settings.LLM_MAX_ATTEMPTS:
                 return None, attempts, exc
-            time.sleep(random.uniform(0, settings.LLM_BACKOFF_SECONDS * 2 ** (number - 1)))
+            # "Equal jitter": half the backoff is certain, half random. Full jitter could spend
+            # every attempt within milliseconds and fail a run on a short outage; this way a run
+            # rides out an outage of at least LLM_BACKOFF_SECONDS * (2 ** (LLM_MAX_ATTEMPTS - 1) - 1) / 2.
+            backoff = settings.LLM_BACKOFF_SECONDS * 2 ** (number - 1)
+            time.sleep(backoff / 2 + random.uniform(0, backoff / 2))
     raise AssertionError("unreachable")
 
 

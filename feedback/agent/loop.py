@@ -13,20 +13,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection
 from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from feedback.logging import current_run, current_step
 from feedback.models import Run, Step, Task, ToolConfirmation
+from feedback.privacy import mask_text
 from feedback.strategies import injection as strategy_injection
 
 from .conversation import conversation
 from .guardrails import Decision, Guardrails
-from .invoker import Outcome, invoke, parse_arguments
+from .invoker import Outcome, invoke, parse_arguments, strict_json
 from .llm import ChatModel, LLMAttempt, LLMReply, ToolCall, complete_with_retries, get_model
 from .prompts import build_system_prompt
-from .recorder import Heartbeat, LeaseLost, Recorder, new_lease
+from .recorder import Heartbeat, LeaseLost, Recorder, drop_broken_connection, new_lease, storable
 from .reflection import reflect
 from .retrieval import select_tools
 from .tools import Tool, ToolContext, ToolError, enabled_tools
@@ -103,6 +105,7 @@ class AgentLoop:
         )
 
     def _limit_reached(self) -> str:
+        drop_broken_connection()
         run = Run.objects.only("step_count", "cancel_requested").get(pk=self.run.pk)
         if run.cancel_requested:
             return "cancelled"
@@ -117,10 +120,11 @@ class AgentLoop:
         if status == Run.Status.SUCCEEDED:
             plan = [{**i, "status": "completed"} if i.get("status") == "in_progress" else i for i in plan]
         self.record.update_run(status=status, final_output=output, error=error, finished_at=timezone.now(), plan=plan)
-        logger.info("run finished: %s %s", status, error)
-        from feedback.tasks import run_evaluate_task  # late: feedback.tasks imports this module
+        # The run id in the message itself: Celery's worker log format drops the context filter.
+        logger.info("run %s finished: %s %s", self.run.pk, status, error)
+        from feedback.tasks import queue_after_commit, run_evaluate_task  # late: feedback.tasks imports this module
 
-        run_evaluate_task.delay_on_commit(self.run.pk)
+        queue_after_commit(run_evaluate_task, self.run.pk)
 
     # --- the loop -------------------------------------------------------------------------
     def execute(self) -> None:
@@ -249,7 +253,7 @@ class AgentLoop:
             outcome.error_class = "ToolError"
             return None, outcome
         task = Task.objects.create(
-            text=outcome.result["task"],
+            text=mask_text(outcome.result["task"]),
             kind=outcome.result["kind"],
             workspace=self.run.task.workspace,
             created_by=self.run.task.created_by,
@@ -293,7 +297,8 @@ class AgentLoop:
                 defaults={
                     "turn": turn,
                     "tool_name": call.name,
-                    "arguments": parse_arguments(call.arguments, self.tools[call.name]),
+                    # Stored masked: on approval the invoker resolves the pseudonyms again.
+                    "arguments": storable(parse_arguments(call.arguments, self.tools[call.name])),
                 },
             )
         self.record.update_run(status=Run.Status.AWAITING_CONFIRMATION, worker="")
@@ -318,8 +323,8 @@ class AgentLoop:
 
 def _refused(call: ToolCall, message: str, error_class: str) -> Outcome:
     try:
-        arguments = json.loads(call.arguments or "{}")
-    except json.JSONDecodeError:
+        arguments = strict_json(call.arguments or "{}")
+    except (ValueError, TypeError):
         arguments = call.arguments
     return Outcome(arguments=arguments, error=message, error_class=error_class, finished_at=timezone.now())
 
@@ -358,12 +363,27 @@ def execute_run(run_id: int, *, model: ChatModel | None = None) -> None:
         logger.warning("lost the lease of run %s to another worker; stopping", run_id)
     except Exception as exc:
         logger.exception("run crashed")
-        Run.objects.filter(pk=run_id, worker=lease, status=Run.Status.RUNNING).update(
-            status=Run.Status.FAILED,
-            error=f"Internal error: {type(exc).__name__}: {exc}",
-            finished_at=timezone.now(),
-        )
+        _fail_crashed_run(run_id, lease, exc)
     finally:
         heartbeat.stop()
         current_run.set(parent_run)
         current_step.set(None)
+
+
+def _fail_crashed_run(run_id: int, lease: str, exc: Exception) -> None:
+    """Mark a crashed run failed, with the reason. The crash may have been the database
+    connection itself, so a dropped one is replaced first; if the database stays away, the
+    heartbeat stops and the reaper re-queues the run later: it is never left half-done."""
+    error = mask_text(f"Internal error: {type(exc).__name__}: {exc}")
+    for _ in range(2):
+        try:
+            drop_broken_connection()
+            Run.objects.filter(pk=run_id, worker=lease, status=Run.Status.RUNNING).update(
+                status=Run.Status.FAILED, error=error, finished_at=timezone.now()
+            )
+            return
+        except (OperationalError, InterfaceError):
+            if connection.in_atomic_block:
+                raise
+            connection.close()
+    logger.error("could not mark run %s failed; the reaper will re-queue it", run_id)

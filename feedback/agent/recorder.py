@@ -5,23 +5,62 @@ so a step is never half-written and indices stay contiguous. A worker that lost 
 (the reaper gave the run to another worker) can no longer write: LeaseLost stops it.
 """
 
+import logging
+import math
 import os
 import socket
 import threading
+import time
 import uuid
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from feedback.logging import current_step
 from feedback.models import Run, Step, StepAttempt
+from feedback.privacy import mask_text
 
 from .errors import error_signature
 from .invoker import Attempt, Outcome
 from .llm import LLMAttempt, ToolCall
+
+logger = logging.getLogger(__name__)
+
+_MASKED_STEP_FIELDS = ("thought", "arguments", "result", "error")
+_MASKED_RUN_FIELDS = ("system_prompt", "final_output", "error", "plan")
+
+
+# A step write is retried this many times on a fresh connection when the connection drops.
+DB_WRITE_ATTEMPTS = 4
+DB_RETRY_SECONDS = 0.5
+
+
+def drop_broken_connection() -> None:
+    """Forget this thread's connection if the server dropped it, so the next query reconnects.
+
+    Django checks connections (CONN_HEALTH_CHECKS) only between requests and tasks; a run is one
+    long task, so the loop checks at each turn. Never inside a transaction (a test's, say)."""
+    if connection.connection is not None and not connection.in_atomic_block and not connection.is_usable():
+        logger.warning("the database connection was dropped; reconnecting")
+        connection.close()
+
+
+def storable(value: Any) -> Any:
+    """``value`` as PostgreSQL can store it and privacy allows: masked, without the NUL
+    characters text and jsonb columns refuse, without NaN or infinite numbers jsonb refuses.
+    Model output and tool results are hostile input: none of this may crash a run."""
+    if isinstance(value, str):
+        return mask_text(value).replace("\x00", "\ufffd")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {storable(str(k)): storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(v) for v in value]
+    return value
 
 
 class LeaseLost(Exception):
@@ -38,8 +77,29 @@ class Recorder:
         self.lease = lease
 
     def step(self, tries: list[Attempt] | list[LLMAttempt] = (), **fields: Any) -> Step:
-        """Write the next step; ``tries`` are its attempt rows (tool or model call)."""
+        """Write the next step; ``tries`` are its attempt rows (tool or model call).
+
+        A dropped database connection (server restart, network cut, terminated backend) rolls the
+        transaction back whole, so the write is retried on a fresh connection. If the commit went
+        through but its acknowledgement was lost, the retry finds the step already there."""
         fields.setdefault("attempts", max(1, len(tries)))
+        # Personal data and secrets never reach the database (the tool already had the real values).
+        fields.update({k: storable(fields[k]) for k in _MASKED_STEP_FIELDS if k in fields})
+        seen: list[int] = []
+        for attempt in range(1, DB_WRITE_ATTEMPTS + 1):
+            try:
+                step = self._write_step(tries, fields, seen)
+                break
+            except (OperationalError, InterfaceError):
+                if connection.in_atomic_block or attempt == DB_WRITE_ATTEMPTS:
+                    raise
+                logger.warning("the database connection dropped while writing a step; retrying", exc_info=True)
+                connection.close()
+                time.sleep(DB_RETRY_SECONDS * attempt)
+        current_step.set(step.index)
+        return step
+
+    def _write_step(self, tries: list, fields: dict[str, Any], seen: list[int]) -> Step:
         with transaction.atomic():
             owner = (
                 Run.objects.select_for_update()
@@ -49,6 +109,11 @@ class Recorder:
             )
             if owner is None:
                 raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
+            if seen and owner.step_count == seen[0] + 1:
+                # Only this lease writes this run's steps: the count moved because our earlier
+                # attempt committed after all.
+                return Step.objects.get(run_id=self.run.pk, index=seen[0])
+            seen[:] = [owner.step_count]
             step = Step.objects.create(run=self.run, index=owner.step_count, **fields)
             Run.objects.filter(pk=self.run.pk).update(
                 step_count=F("step_count") + 1,
@@ -63,13 +128,12 @@ class Recorder:
                         number=a.number,
                         started_at=a.started_at,
                         duration_ms=a.duration_ms,
-                        error=a.error,
+                        error=storable(a.error),
                         error_class=getattr(a, "error_class", "") or ("LLMError" if a.error else ""),
                         retryable=a.retryable,
                     )
                     for a in tries
                 )
-        current_step.set(step.index)
         return step
 
     def tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str = "") -> Step:
@@ -98,6 +162,7 @@ class Recorder:
         )
 
     def update_run(self, **fields: Any) -> None:
+        fields = {k: storable(v) if k in _MASKED_RUN_FIELDS else v for k, v in fields.items()}
         if not Run.objects.filter(pk=self.run.pk, worker=self.lease).update(**fields):
             raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
         for name, value in fields.items():
@@ -117,7 +182,13 @@ class Heartbeat(threading.Thread):
         try:
             while not self._stop_event.wait(settings.RUN_HEARTBEAT_SECONDS):
                 close_old_connections()
-                Run.objects.filter(pk=self.run_id, worker=self.lease).update(heartbeat_at=timezone.now())
+                try:
+                    Run.objects.filter(pk=self.run_id, worker=self.lease).update(heartbeat_at=timezone.now())
+                except (OperationalError, InterfaceError):
+                    # A dropped connection must not silence the beat: the reaper would take
+                    # the run from a live worker. Reconnect at the next beat.
+                    logger.warning("heartbeat: the database connection dropped; reconnecting")
+                    connection.close()
         finally:
             connection.close()
 

@@ -5,6 +5,7 @@ import re
 from typing import Any
 
 from feedback.agent.sandbox import resolve
+from feedback.privacy import MASKED_DOMAIN
 
 from .base import ToolContext, ToolError
 
@@ -14,6 +15,9 @@ _ADDRESS = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 def send_reply(ctx: ToolContext, to: str, subject: str, body: str) -> dict[str, Any]:
     if not _ADDRESS.match(to):
         raise ToolError(f"{to!r} is not an email address.")
+    if to.endswith("@" + MASKED_DOMAIN):
+        # A pseudonym the invoker could not resolve from the run's files: nobody to send to.
+        raise ToolError(f"{to!r} is a masked address that matches no sender in the run's files; use the real one.")
     outbox = resolve(ctx.workspace, "outbox")
     outbox.mkdir(exist_ok=True)
     number = len(list(outbox.glob("*.txt"))) + 1
