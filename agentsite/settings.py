@@ -175,6 +175,8 @@ CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery
 # Fixed schedules (django-celery-beat copies them into the database, where staff can edit them).
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-runs": {"task": "feedback.tasks.runs_reap_stale_task", "schedule": 30.0},
+    # A safety net under the per-run refreshes of the metric rollups (feedback/rollups.py).
+    "refresh-daily-stats": {"task": "feedback.tasks.daily_stats_refresh_recent_task", "schedule": 900.0},
 }
 
 # --- The agent -------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from celery import shared_task
 
 from feedback.agent.checkpoint import reap_stale_runs
 from feedback.agent.loop import execute_run
+from feedback.rollups import daily_stats_refresh_recent, daily_stats_refresh_run
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -23,3 +24,15 @@ def run_evaluate_task(run_id: int, expected_round: int | None = None) -> None:
     from feedback.evaluation.chain import evaluate_run
 
     evaluate_run(run_id, expected_round=expected_round)
+    # The run has ended and now has its score: its day's rollup counts both.
+    daily_stats_refresh_run(run_id=run_id)
+
+
+@shared_task(ignore_result=True)
+def daily_stats_refresh_task(run_id: int) -> None:
+    daily_stats_refresh_run(run_id=run_id)
+
+
+@shared_task(ignore_result=True)
+def daily_stats_refresh_recent_task() -> None:
+    daily_stats_refresh_recent()

@@ -54,7 +54,10 @@ class Run(models.Model):
     class Meta:
         indexes = [
             models.Index(fields=["-created_at", "-id"], name="run_recent"),
-            models.Index(fields=["status", "-created_at"], name="run_status_recent"),
+            # The run list's filters, in its order (newest first, id breaking ties) so a page and
+            # a keyset "after (created_at, id)" are one index range scan, at any depth.
+            models.Index(fields=["status", "-created_at", "-id"], name="run_status_recent"),
+            models.Index(fields=["task_kind", "-created_at", "-id"], name="run_kind_recent"),
             models.Index(fields=["task_kind", "created_at"], name="run_kind_created"),
             models.Index(fields=["score", "created_at"], name="run_score_created"),
         ]
