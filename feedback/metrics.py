@@ -126,9 +126,15 @@ def error_steps(window: Window) -> QuerySet[Step]:
     """Every error in the window's runs (a step with an error signature), flagged ``is_repeated``
     when a step of an EARLIER run (by ``created_at``, then id) had the same signature; earlier
     means any time before, inside the window or not, and of any task kind."""
-    earlier = Step.objects.filter(error_signature=OuterRef("error_signature")).filter(
-        Q(run__created_at__lt=OuterRef("run__created_at"))
-        | Q(run__created_at=OuterRef("run__created_at"), run_id__lt=OuterRef("run_id"))
+    # The exclude is a no-op for the result but lets PostgreSQL use the partial index
+    # step_error_signature (it cannot prove the outer signature is not empty on its own).
+    earlier = (
+        Step.objects.filter(error_signature=OuterRef("error_signature"))
+        .exclude(error_signature="")
+        .filter(
+            Q(run__created_at__lt=OuterRef("run__created_at"))
+            | Q(run__created_at=OuterRef("run__created_at"), run_id__lt=OuterRef("run_id"))
+        )
     )
     return Step.objects.filter(run__in=window.runs()).exclude(error_signature="").annotate(is_repeated=Exists(earlier))
 

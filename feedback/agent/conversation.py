@@ -38,7 +38,10 @@ def conversation(run: Run) -> list[dict[str, Any]]:
         {"role": "system", "content": run.system_prompt},
         {"role": "user", "content": run.task.text},
     ]
+    # "run" must be loaded too: the related manager checks each step's run_id, and a deferred
+    # run_id cost one query per step, per turn (quadratic in the run's length).
     steps = run.steps.order_by("index").only(
+        "run",
         "turn",
         "kind",
         "thought",

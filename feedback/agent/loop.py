@@ -181,7 +181,12 @@ class AgentLoop:
         engine = [c for c in reply.tool_calls if c not in waiting and self._is_engine(c)]
         pooled = [c for c in reply.tool_calls if c not in waiting and c not in engine]
         outcomes: dict[str, Outcome] = {}
-        if pooled:
+        if len(pooled) == 1:
+            # Nothing to overlap: a fresh thread per turn would also open a fresh cache
+            # connection (the cache client is per thread) for the breaker's reads.
+            call = pooled[0]
+            outcomes[call.id] = invoke(call.name, call.arguments, self.context, self.tools)
+        elif pooled:
             # Several calls in one reply run concurrently; their steps are written in call order.
             with ThreadPoolExecutor(max_workers=min(8, len(pooled))) as pool:
                 for call, outcome in zip(
@@ -307,7 +312,7 @@ def _with_success(failed_attempts: list) -> list:
     return [*failed_attempts, LLMAttempt(last.number + 1, timezone.now(), 0, "", False)]
 
 
-def execute_run(run_id: int, *, model: ChatModel | None = None) -> None:
+def execute_run(run_id: int, *, model: ChatModel | None = None, tools: dict[str, Tool] | None = None) -> None:
     """Claim a queued run and drive it until it ends or waits. Returns quietly if another
     worker has it: only a conditional update from "queued" claims a run."""
     lease = new_lease()
@@ -326,7 +331,7 @@ def execute_run(run_id: int, *, model: ChatModel | None = None) -> None:
     heartbeat = Heartbeat(run_id, lease)
     heartbeat.start()
     try:
-        AgentLoop(run, lease=lease, model=model).execute()
+        AgentLoop(run, lease=lease, model=model, tools=tools).execute()
     except Paused:
         pass
     except LeaseLost:
