@@ -43,10 +43,13 @@ class ZeroLatencyModel:
     backend = "bench"
     name = "zero-latency"
 
-    def __init__(self, steps: int) -> None:
+    def __init__(self, steps: int, latency: float = 0.0) -> None:
         self.calls = steps - 1
+        self.latency = latency  # seconds per call: the worker benchmark simulates a real model
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
+        if self.latency:
+            time.sleep(self.latency)
         done = sum(1 for m in messages if m["role"] == "tool")
         if done >= self.calls:
             return LLMReply(content="Done.")
@@ -123,7 +126,9 @@ def run(*, database_url: str, steps: int = 50, repeats: int = 3, inserts: int = 
         results.append(Result("loop", "LangGraph ReAct + PostgresSaver per step", None, "ms", insert * 1000))
     else:
         results.append(
-            Result("loop", f"LangGraph ReAct + PostgresSaver per step ({steps}-step run)", peer * 1000, "ms", insert * 1000)
+            Result(
+                "loop", f"LangGraph ReAct + PostgresSaver per step ({steps}-step run)", peer * 1000, "ms", insert * 1e3
+            )
         )
         results.append(Result("loop", "engine / LangGraph per step", ours / peer, "x", 1.0, target=1.0))
     return results

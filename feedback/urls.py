@@ -1,9 +1,10 @@
 from django.urls import path
 
-from feedback.views import confirmations, evaluation, home, metrics, runs, strategies, tasks
+from feedback.views import confirmations, evaluation, health, home, metrics, runs, strategies, tasks
 
 urlpatterns = [
     path("", home.home, name="feedback-home"),
+    path("healthz", health.healthz, name="feedback-healthz"),
     path("tasks/new/", tasks.task_submit, name="feedback-task-submit"),
     path("runs/", runs.run_list, name="feedback-run-list"),
     path("runs/<int:run_id>/", runs.run_detail, name="feedback-run-detail"),
