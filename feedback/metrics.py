@@ -189,7 +189,8 @@ def split_window(window: Window) -> tuple[list[Window], date | None, date | None
 
 
 def period_counts(window: Window) -> list[dict]:
-    """Every count of DailyRunStats per period of the window, every period present."""
+    """Every count of DailyRunStats per period of the window, every period present. A page that
+    shows several trends computes this once and passes it to each as ``counts``."""
     found: dict[date, dict] = {}
     edges, first, last = split_window(window)
     if first is not None:
@@ -226,7 +227,7 @@ def _score_figures(c: dict) -> dict:
     }
 
 
-def score_trend(window: Window) -> list[dict]:
+def score_trend(window: Window, counts: list[dict] | None = None) -> list[dict]:
     """**Average score** and **success rate** per period, over the runs that have ended.
 
     - average score: mean of ``Run.score`` (the composite, where a human score outranks the
@@ -234,12 +235,12 @@ def score_trend(window: Window) -> list[dict]:
     - success rate: ended runs with status *succeeded* / all ended runs (succeeded, failed,
       cancelled). Queued and running runs are left out of both.
     """
-    return [{"period": c["period"], **_score_figures(c)} for c in period_counts(window)]
+    return [{"period": c["period"], **_score_figures(c)} for c in counts or period_counts(window)]
 
 
-def score_summary(window: Window) -> dict:
+def score_summary(window: Window, counts: list[dict] | None = None) -> dict:
     """The same two figures over the whole window."""
-    return _score_figures(_total(period_counts(window)))
+    return _score_figures(_total(counts or period_counts(window)))
 
 
 # --- repeated errors -------------------------------------------------------------------------
@@ -254,7 +255,7 @@ def _error_figures(c: dict) -> dict:
     }
 
 
-def repeated_error_trend(window: Window) -> list[dict]:
+def repeated_error_trend(window: Window, counts: list[dict] | None = None) -> list[dict]:
     """**Repeated-error rate** per period.
 
     An error is a step with an ``error_signature`` (tool + error class + normalised message);
@@ -264,11 +265,11 @@ def repeated_error_trend(window: Window) -> list[dict]:
     - ``repeated_per_run``: repeated errors / runs created in the period (what a run costs us
       in mistakes we had already made once).
     """
-    return [{"period": c["period"], **_error_figures(c)} for c in period_counts(window)]
+    return [{"period": c["period"], **_error_figures(c)} for c in counts or period_counts(window)]
 
 
-def repeated_error_summary(window: Window) -> dict:
-    return _error_figures(_total(period_counts(window)))
+def repeated_error_summary(window: Window, counts: list[dict] | None = None) -> dict:
+    return _error_figures(_total(counts or period_counts(window)))
 
 
 # --- human interventions -----------------------------------------------------------------------
@@ -281,15 +282,15 @@ def _intervention_figures(c: dict) -> dict:
     }
 
 
-def intervention_trend(window: Window) -> list[dict]:
+def intervention_trend(window: Window, counts: list[dict] | None = None) -> list[dict]:
     """**Human-intervention rate** per period: runs that needed a person for at least one of
     the reasons above / all runs created in the period. A run counts once, however many
     reasons it has; the per-reason counts are given too."""
-    return [{"period": c["period"], **_intervention_figures(c)} for c in period_counts(window)]
+    return [{"period": c["period"], **_intervention_figures(c)} for c in counts or period_counts(window)]
 
 
-def intervention_summary(window: Window) -> dict:
-    return _intervention_figures(_total(period_counts(window)))
+def intervention_summary(window: Window, counts: list[dict] | None = None) -> dict:
+    return _intervention_figures(_total(counts or period_counts(window)))
 
 
 # --- tools -------------------------------------------------------------------------------------

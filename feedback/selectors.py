@@ -1,5 +1,7 @@
 """The read queries behind the pages."""
 
+from datetime import datetime
+
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import (
     BooleanField,
@@ -32,6 +34,29 @@ def run_list(user: AbstractBaseUser, *, status: str = "", kind: str = "") -> Que
     if kind:
         runs = runs.filter(task_kind=kind)
     return runs
+
+
+def run_list_page(
+    user: AbstractBaseUser,
+    *,
+    status: str = "",
+    kind: str = "",
+    before: tuple[datetime, int] | None = None,
+    size: int = 50,
+) -> tuple[list[Run], tuple[datetime, int] | None]:
+    """One page of the run list for keyset pagination: the ``size`` runs just older than the
+    cursor ``before`` = (created_at, id) of the previous page's last run, and the cursor of the
+    next page (None on the last one). No COUNT, no OFFSET: a range scan of run_recent,
+    run_status_recent or run_kind_recent, as fast on page 20,000 as on page 1."""
+    runs = run_list(user, status=status, kind=kind)
+    if before is not None:
+        created_at, pk = before
+        # ``created_at <= x`` is the index condition; the OR only settles ties inside it.
+        runs = runs.filter(created_at__lte=created_at).filter(Q(created_at__lt=created_at) | Q(pk__lt=pk))
+    page = list(runs[: size + 1])  # one more than shown says whether a next page exists
+    more = len(page) > size
+    page = page[:size]
+    return page, ((page[-1].created_at, page[-1].pk) if more else None)
 
 
 def run_steps(run: Run) -> QuerySet[Step]:

@@ -34,16 +34,18 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
         kind=filters.get("kind") or "",
         granularity=filters.get("granularity") or "day",
     )
-    scores = metrics.score_trend(window)
-    errors = metrics.repeated_error_trend(window)
-    interventions = metrics.intervention_trend(window)
+    # Counted once (rollups for whole days, live queries for the edges), read by every figure.
+    counts = metrics.period_counts(window)
+    scores = metrics.score_trend(window, counts)
+    errors = metrics.repeated_error_trend(window, counts)
+    interventions = metrics.intervention_trend(window, counts)
     tools = metrics.tool_stats(window)
     context = {
         "form": form,
         "window": window,
-        "score_summary": metrics.score_summary(window),
-        "error_summary": metrics.repeated_error_summary(window),
-        "intervention_summary": metrics.intervention_summary(window),
+        "score_summary": metrics.score_summary(window, counts),
+        "error_summary": metrics.repeated_error_summary(window, counts),
+        "intervention_summary": metrics.intervention_summary(window, counts),
         # The table lists the periods that had runs, newest first; the charts show every period.
         "rows": [row for row in zip(scores, errors, interventions, strict=True) if row[2]["runs"]][::-1],
         "tools": tools,
