@@ -147,7 +147,8 @@ def _python_load(url: str, cookie: str, clients: int, seconds: float) -> tuple[f
 def measure(url: str, cookie: str, clients: int, seconds: float) -> tuple[float, float, int]:
     """(p50 ms, p95 ms, requests) of ``url`` under ``clients`` concurrent clients."""
     load = _wrk if shutil.which("wrk") else _python_load
-    load(url, cookie, clients, min(1.0, seconds))  # warm-up: connections, caches, plans
+    if seconds >= 2:
+        load(url, cookie, clients, 1.0)  # warm-up: connections, caches, plans
     return load(url, cookie, clients, seconds)
 
 
