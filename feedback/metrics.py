@@ -42,8 +42,11 @@ class Window:
 
     @classmethod
     def last(cls, days: int, *, kind: str = "", granularity: str = "day") -> "Window":
+        """From the midnight ``days`` days ago until now: the first period is a whole day (as
+        its bar on the chart suggests), and it comes from the rollups instead of a live count."""
         until = timezone.now()
-        return cls(since=until - timedelta(days=days), until=until, kind=kind, granularity=granularity)
+        since = _midnight(timezone.localtime(until - timedelta(days=days)).date())
+        return cls(since=since, until=until, kind=kind, granularity=granularity)
 
     def runs(self) -> QuerySet[Run]:
         runs = Run.objects.filter(created_at__gte=self.since, created_at__lt=self.until)

@@ -1,9 +1,13 @@
 from django.contrib.auth.decorators import permission_required
+from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from feedback import metrics
 from feedback.forms import MetricsFilterForm
+
+CACHED_TOOL_STATS_DAYS = 90
+TOOL_STATS_CACHE_SECONDS = 300
 
 
 def _chart_data(scores: list[dict], errors: list[dict], interventions: list[dict], tools: list[dict]) -> dict:
@@ -39,7 +43,14 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
     scores = metrics.score_trend(window, counts)
     errors = metrics.repeated_error_trend(window, counts)
     interventions = metrics.intervention_trend(window, counts)
-    tools = metrics.tool_stats(window)
+    days = filters.get("days") or 30
+    if days >= CACHED_TOOL_STATS_DAYS:
+        # Exact per-tool percentiles scan every call of the window: millions of steps over a
+        # year, and a year's percentiles do not move in a few minutes.
+        key = f"metrics-tool-stats:{days}:{window.kind}"
+        tools = cache.get_or_set(key, lambda: metrics.tool_stats(window), TOOL_STATS_CACHE_SECONDS)
+    else:
+        tools = metrics.tool_stats(window)
     context = {
         "form": form,
         "window": window,
