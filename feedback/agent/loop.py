@@ -20,7 +20,7 @@ from django.utils import timezone
 from feedback.logging import current_run, current_step
 from feedback.models import Run, Step, Task, ToolConfirmation
 
-from .conversation import conversation
+from .conversation import conversation, recorded_steps
 from .invoker import Outcome, invoke, parse_arguments
 from .llm import ChatModel, LLMAttempt, LLMReply, ToolCall, complete_with_retries, get_model
 from .prompts import build_system_prompt
@@ -118,9 +118,10 @@ class AgentLoop:
     # --- the loop -------------------------------------------------------------------------
     def execute(self) -> None:
         self._prepare()
+        self.record.steps = recorded_steps(self.run)
         self._resume_confirmed_calls()
         specs = [t.spec() for t in self.tools.values()]
-        turn = self.run.steps.order_by("-index").values_list("turn", flat=True).first() or 0
+        turn = self.record.steps[-1].turn if self.record.steps else 0
         model_errors = 0
         while True:
             limit = self._limit_reached()
@@ -130,7 +131,7 @@ class AgentLoop:
                 return self._finish(Run.Status.FAILED, error=limit)
             turn += 1
             current_step.set(None)
-            reply, attempts, error = complete_with_retries(self.model, conversation(self.run), specs)
+            reply, attempts, error = complete_with_retries(self.model, conversation(self.run, self.record.steps), specs)
             if error is not None:
                 self.record.step(
                     tries=attempts, turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
