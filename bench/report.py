@@ -15,6 +15,25 @@ HEADER = """# Benchmarks
 Produced by `make bench` (`python -m bench`, code in `bench/`); never edit the tables by hand.
 Each figure is compared with a baseline measured in the same run, on the same machine and
 database. A scale's section is replaced when `make bench BENCH_RUNS=N` runs again at that scale.
+
+What the figures include:
+
+- **history**: `generate_history` (COPY, seed 7, one year) plus the rollups and VACUUM ANALYZE.
+- **loop**: best of 3 runs after a warm-up, in one process: claim, lease, heartbeat thread,
+  tool invoker (JSON Schema, breaker in Redis), each step committed under the lease, run end
+  (which queues the evaluation). Baseline: one committed single-row INSERT of a step (raw SQL).
+  The peer: LangGraph's `create_react_agent` with `PostgresSaver`, same model stand-in and tool.
+- **worker**: one `celery worker --pool threads` process on the Redis broker. Runs per second
+  include each run's evaluation task (queued when the run ends, taken by the same worker).
+  Concurrency reached = (runs x model time per run) / wall time; the worker's
+  `--concurrency` is the ideal.
+- **dashboard**: gunicorn (2 workers x 4 threads, DEBUG off, hashed static files), `wrk` with
+  20 connections for 10 s per page after 1 s of warm-up, logged in as an operator; the load
+  generator shares the 2 cores with gunicorn and PostgreSQL. The trace page is a cached fragment
+  once rendered (keyed by run, step count and status); per-tool stats of windows of 90 days or
+  more are cached for 5 minutes; the run list still counts its rows for the paginator (keyset
+  pagination, `selectors.run_list_page`, is for the run-list view to adopt).
+- **mining**: `feedback.strategies.mining.mine(window_days)`, "not available" until merged.
 """
 
 
@@ -80,6 +99,8 @@ def write(path: Path, runs: int, table: str) -> None:
     start, end = f"<!-- bench:{runs} -->", f"<!-- /bench:{runs} -->"
     section = f"{start}\n## {runs:,} runs\n\nMachine: {machine()}\n\n{table}\n{end}"
     text = path.read_text() if path.exists() else HEADER
+    if "<!-- bench:" in text:  # the header is code's to keep current, the sections are data
+        text = HEADER + "\n" + text[text.index("<!-- bench:") :]
     if start in text and end in text:
         text = text[: text.index(start)] + section + text[text.index(end) + len(end) :]
     else:

@@ -58,6 +58,8 @@ class Run(models.Model):
             # a keyset "after (created_at, id)" are one index range scan, at any depth.
             models.Index(fields=["status", "-created_at", "-id"], name="run_status_recent"),
             models.Index(fields=["task_kind", "-created_at", "-id"], name="run_kind_recent"),
+            # Both filters at once; also lets the paginator count them from the index alone.
+            models.Index(fields=["status", "task_kind", "-created_at", "-id"], name="run_status_kind_recent"),
             models.Index(fields=["task_kind", "created_at"], name="run_kind_created"),
             models.Index(fields=["score", "created_at"], name="run_score_created"),
         ]
