@@ -27,7 +27,8 @@ KINDS = [Task.Kind.EMAIL_TRIAGE, Task.Kind.FILE_ANALYSIS, Task.Kind.ARITHMETIC, 
 KIND_WEIGHTS = [40, 30, 20, 10]
 TOOLS = ["list_directory", "read_text_file", "analyze_text", "calculator", "send_reply", "http_get"]
 ERROR_CLASSES = ["ToolError", "InvalidToolCall", "ToolTimeout", "ValidationFailed"]
-BENCH_PASSWORD = "bench-operator"  # a throw-away user of a throw-away database
+BENCH_PASSWORD = "bench-operator"
+GENERATED_TASK_PREFIX = "Bench task "  # a throw-away user of a throw-away database
 N = r"\N"
 
 RUN_COLUMNS = (
@@ -208,7 +209,7 @@ class Generator:
         roll = rng.random()
         status = ("succeeded" if roll < 0.78 else "failed" if roll < 0.95 else "cancelled") if ended else "running"
         buf.tasks.append(
-            f"{task_id}\tBench task {i} of kind {kind}: triage the inbox\t{kind}\t\t{_ts(created)}\t{staff}"
+            f"{task_id}\t{GENERATED_TASK_PREFIX}{i} of kind {kind}: triage the inbox\t{kind}\t\t{_ts(created)}\t{staff}"
         )
         t, tokens_in, tokens_out = created + rng.random() * 2, 0, 0
         for index in range(n_steps):

@@ -23,8 +23,10 @@ class Result:
 
     @property
     def verdict(self) -> str:
-        if self.target is None or self.ratio is None:
+        if self.target is None:
             return ""
+        if self.ratio is None:
+            return "NOT met (no figure)" if self.value is None and self.note.startswith("no request") else ""
         met = self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target
         sign = "≥" if self.higher_is_better else "≤"
         return f"{'met' if met else 'NOT met'} ({sign} {self.target:g})"

@@ -1,3 +1,5 @@
+import time
+
 from django.contrib.auth.decorators import permission_required
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
@@ -8,6 +10,30 @@ from feedback.forms import MetricsFilterForm
 
 CACHED_TOOL_STATS_DAYS = 90
 TOOL_STATS_CACHE_SECONDS = 300
+TOOL_STATS_LOCK_SECONDS = 60
+
+
+def _cached_tool_stats(window: metrics.Window, key: str) -> list[dict]:
+    """The window's tool stats from the cache; on a miss one request computes them while the
+    others wait for its result, instead of twenty clients each starting the same seconds-long
+    scan at once (a stampede that made a cold year-long page time out under load)."""
+    tools = cache.get(key)
+    if tools is not None:
+        return tools
+    if cache.add(f"{key}:computing", 1, timeout=TOOL_STATS_LOCK_SECONDS):
+        try:
+            tools = metrics.tool_stats(window)
+            cache.set(key, tools, TOOL_STATS_CACHE_SECONDS)
+            return tools
+        finally:
+            cache.delete(f"{key}:computing")
+    deadline = time.monotonic() + TOOL_STATS_LOCK_SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        tools = cache.get(key)
+        if tools is not None:
+            return tools
+    return metrics.tool_stats(window)  # the computing request died: do it here
 
 
 def _chart_data(scores: list[dict], errors: list[dict], interventions: list[dict], tools: list[dict]) -> dict:
@@ -47,8 +73,7 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
     if days >= CACHED_TOOL_STATS_DAYS:
         # Exact per-tool percentiles scan every call of the window: millions of steps over a
         # year, and a year's percentiles do not move in a few minutes.
-        key = f"metrics-tool-stats:{days}:{window.kind}"
-        tools = cache.get_or_set(key, lambda: metrics.tool_stats(window), TOOL_STATS_CACHE_SECONDS)
+        tools = _cached_tool_stats(window, f"metrics-tool-stats:{days}:{window.kind}")
     else:
         tools = metrics.tool_stats(window)
     context = {
