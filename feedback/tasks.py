@@ -23,9 +23,8 @@ def run_evaluate_task(run_id: int, expected_round: int | None = None) -> None:
     # Idempotent (evaluate_run writes a round only once), hence safe to redeliver with acks_late.
     from feedback.evaluation.chain import evaluate_run
 
+    # Also recounts the run's day in the metric rollups (feedback.rollups), with the score.
     evaluate_run(run_id, expected_round=expected_round)
-    # The run has ended and now has its score: its day's rollup counts both.
-    daily_stats_refresh_run(run_id=run_id)
 
 
 @shared_task(ignore_result=True)
