@@ -34,6 +34,10 @@ What the figures include:
   more are cached for 5 minutes; the run list still counts its rows for the paginator (keyset
   pagination, `selectors.run_list_page`, is for the run-list view to adopt).
 - **mining**: `feedback.strategies.mining.mine(window_days)`, "not available" until merged.
+
+Noise: on the 2-core VM these tables come from, repeated runs of the same code differed by up
+to 2x on the dashboard figures (the `/healthz` p95 baseline alone ranged from 10 to 42 ms over
+five runs) and by ~30% on the loop figures; compare ratios, and across more than one run.
 """
 
 

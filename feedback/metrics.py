@@ -1,8 +1,12 @@
 """The metric definitions: each written down once, here, and documented in the README.
 
 Every metric is computed by the database (annotate/aggregate, TruncDay/TruncWeek), never by a
-Python loop over runs. A run belongs to the period of its ``created_at``; the filters are a
-window ``[since, until)`` and optionally one task kind. Rates are ``None`` when their
+Python loop over runs. The trends read whole days from the DailyRunStats rollups, which are
+counted by the very queries below (feedback/rollups.py), and count the partial days at the
+window's edges live; Python only adds up a few hundred per-period rows.
+
+A run belongs to the period of its ``created_at``; the filters are a window ``[since, until)``
+and optionally one task kind. Rates are ``None`` when their
 denominator is zero (no data is not a rate of 0).
 """
 
