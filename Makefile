@@ -6,12 +6,15 @@ PORT ?= 8000
 # Tests run on the real services: PostgreSQL and a Redis broker on this machine.
 TEST_DATABASE_URL ?= postgres://root@127.0.0.1:5432/test
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
+# Benchmarks get a PostgreSQL database of their own (dropped and re-created by `make bench`).
+BENCH_DATABASE_URL ?= postgres://root@127.0.0.1:5432/bench
+BENCH_RUNS ?= 100000
 
 LLM_VENV := .venv-llm
 LLM_PORT ?= 8080
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF
 
-.PHONY: run test lint clean local-llm local-llm-install demo-loop
+.PHONY: run test lint clean local-llm local-llm-install demo-loop bench ensure-wrk
 
 $(BIN)/python:
 	@py=$$(scripts/find-python) || exit 1; \
@@ -22,9 +25,24 @@ $(VENV)/.run-deps: requirements.txt | $(BIN)/python
 	$(BIN)/pip install -q -r requirements.txt
 	@touch $@
 
-$(VENV)/.test-deps: requirements.txt requirements-test.txt | $(BIN)/python
-	$(BIN)/pip install -q -r requirements-test.txt
+$(VENV)/.test-deps: requirements.txt requirements-test.txt requirements-bench.txt | $(BIN)/python
+	$(BIN)/pip install -q -r requirements-test.txt -r requirements-bench.txt
+	@touch $@ $(VENV)/.run-deps $(VENV)/.bench-deps
+
+$(VENV)/.bench-deps: requirements.txt requirements-bench.txt | $(BIN)/python
+	$(BIN)/pip install -q -r requirements-bench.txt
 	@touch $@ $(VENV)/.run-deps
+
+# wrk drives the dashboard benchmark (a Python load generator stands in where it is missing).
+ensure-wrk:
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get install -y -qq wrk >/dev/null 2>&1 || \
+	  (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)) ; } || echo "wrk not installed: using the Python load generator"
+
+# Numbers come from here, never from timed tests. `make bench BENCH_RUNS=1000000` for the big scale.
+bench: $(VENV)/.bench-deps ensure-wrk
+	@scripts/ensure-services
+	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=redis://127.0.0.1:6379/13 CACHE_URL=redis://127.0.0.1:6379/12 \
+	  $(BIN)/python -m bench --runs $(BENCH_RUNS) $(BENCH_ARGS)
 
 run: $(VENV)/.run-deps
 	$(BIN)/python manage.py migrate --noinput
@@ -51,7 +69,7 @@ local-llm: $(LLM_VENV)/.installed
 	$(LLM_VENV)/bin/python -m llama_cpp.server --model "$$($(LLM_VENV)/bin/python scripts/smollm2-path)" \
 	  --chat_format chatml-function-calling --model_alias smollm2 --host 127.0.0.1 --port $(LLM_PORT)
 
-test: $(VENV)/.test-deps $(LLM_VENV)/.installed
+test: $(VENV)/.test-deps $(LLM_VENV)/.installed ensure-wrk
 	@scripts/ensure-services
 	@scripts/ensure-chromium
 	$(BIN)/ruff check .

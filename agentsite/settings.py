@@ -195,6 +195,8 @@ CELERY_BEAT_SCHEDULE = {
     "reap-stale-runs": {"task": "feedback.tasks.runs_reap_stale_task", "schedule": 30.0},
     "mine-failures": {"task": "feedback.tasks.strategies_mine_task", "schedule": 3600.0},
     "check-trials": {"task": "feedback.tasks.strategy_trials_check_task", "schedule": 300.0},
+    # A safety net under the per-run refreshes of the metric rollups (feedback/rollups.py).
+    "refresh-daily-stats": {"task": "feedback.tasks.daily_stats_refresh_recent_task", "schedule": 900.0},
 }
 
 # --- The agent -------------------------------------------------------------------------------

@@ -1,19 +1,25 @@
 """The metric definitions: each written down once, here, and documented in the README.
 
 Every metric is computed by the database (annotate/aggregate, TruncDay/TruncWeek), never by a
-Python loop over runs. A run belongs to the period of its ``created_at``; the filters are a
-window ``[since, until)`` and optionally one task kind. Rates are ``None`` when their
+Python loop over runs. The trends read whole days from the DailyRunStats rollups, which are
+counted by the very queries below (feedback/rollups.py), and count the partial days at the
+window's edges live; Python only adds up a few hundred per-period rows.
+
+A run belongs to the period of its ``created_at``; the filters are a window ``[since, until)``
+and optionally one task kind. Rates are ``None`` when their
 denominator is zero (no data is not a rate of 0).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
+from datetime import time as dt_time
 
 from django.db import connection
 from django.db.models import (
     Aggregate,
     Avg,
     Count,
+    DateField,
     Exists,
     F,
     FloatField,
@@ -22,10 +28,10 @@ from django.db.models import (
     QuerySet,
     Sum,
 )
-from django.db.models.functions import TruncDay, TruncWeek
+from django.db.models.functions import Trunc, TruncDay, TruncWeek
 from django.utils import timezone
 
-from feedback.models import Evaluation, Run, Step, ToolConfirmation
+from feedback.models import DailyRunStats, Evaluation, Run, Step, ToolConfirmation
 
 GRANULARITIES = {"day": TruncDay, "week": TruncWeek}
 ENDED = [Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED]
@@ -40,8 +46,11 @@ class Window:
 
     @classmethod
     def last(cls, days: int, *, kind: str = "", granularity: str = "day") -> "Window":
+        """From the midnight ``days`` days ago until now: the first period is a whole day (as
+        its bar on the chart suggests), and it comes from the rollups instead of a live count."""
         until = timezone.now()
-        return cls(since=until - timedelta(days=days), until=until, kind=kind, granularity=granularity)
+        since = _midnight(timezone.localtime(until - timedelta(days=days)).date())
+        return cls(since=since, until=until, kind=kind, granularity=granularity)
 
     def runs(self) -> QuerySet[Run]:
         runs = Run.objects.filter(created_at__gte=self.since, created_at__lt=self.until)
@@ -69,115 +78,10 @@ def _rate(part: float | None, whole: float | None) -> float | None:
     return None if not whole else (part or 0) / whole
 
 
-def _by_period(window: Window, rows: QuerySet, empty: dict) -> list[dict]:
-    """Rows keyed by ``period`` spread over every period of the window."""
-    found = {timezone.localtime(r.pop("period")).date(): r for r in rows}
-    return [{"period": p, **found.get(p, empty)} for p in window.periods()]
-
-
-# --- average score and success rate ------------------------------------------------------------
-def _score_aggregates() -> dict:
-    return {
-        "runs": Count("id"),
-        "scored": Count("score"),
-        "avg_score": Avg("score"),
-        "succeeded": Count("id", filter=Q(status=Run.Status.SUCCEEDED)),
-    }
-
-
-def score_trend(window: Window) -> list[dict]:
-    """**Average score** and **success rate** per period, over the runs that have ended.
-
-    - average score: mean of ``Run.score`` (the composite, where a human score outranks the
-      evaluators) over the ended runs that have a score;
-    - success rate: ended runs with status *succeeded* / all ended runs (succeeded, failed,
-      cancelled). Queued and running runs are left out of both.
-    """
-    rows = (
-        window.runs()
-        .filter(status__in=ENDED)
-        .annotate(period=window.trunc("created_at"))
-        .values("period")
-        .annotate(**_score_aggregates())
-        .order_by("period")
-    )
-    out = _by_period(window, rows, {"runs": 0, "scored": 0, "avg_score": None, "succeeded": 0})
-    for row in out:
-        row["success_rate"] = _rate(row["succeeded"], row["runs"])
-    return out
-
-
-def score_summary(window: Window) -> dict:
-    """The same two figures over the whole window."""
-    row = window.runs().filter(status__in=ENDED).aggregate(**_score_aggregates())
-    return {**row, "success_rate": _rate(row["succeeded"], row["runs"])}
-
-
-# --- repeated errors -------------------------------------------------------------------------
-def error_steps(window: Window) -> QuerySet[Step]:
-    """Every error in the window's runs (a step with an error signature), flagged ``is_repeated``
-    when a step of an EARLIER run (by ``created_at``, then id) had the same signature; earlier
-    means any time before, inside the window or not, and of any task kind."""
-    earlier = Step.objects.filter(error_signature=OuterRef("error_signature")).filter(
-        Q(run__created_at__lt=OuterRef("run__created_at"))
-        | Q(run__created_at=OuterRef("run__created_at"), run_id__lt=OuterRef("run_id"))
-    )
-    return Step.objects.filter(run__in=window.runs()).exclude(error_signature="").annotate(is_repeated=Exists(earlier))
-
-
-def _error_aggregates() -> dict:
-    return {
-        "errors": Count("id"),
-        "repeated": Count("id", filter=Q(is_repeated=True)),
-        "runs_with_repeated": Count("run", filter=Q(is_repeated=True), distinct=True),
-    }
-
-
-def repeated_error_trend(window: Window) -> list[dict]:
-    """**Repeated-error rate** per period.
-
-    An error is a step with an ``error_signature`` (tool + error class + normalised message);
-    it is *repeated* when that signature was already seen in an earlier run.
-
-    - ``repeated_rate``: repeated errors / all errors in the period;
-    - ``repeated_per_run``: repeated errors / runs created in the period (what a run costs us
-      in mistakes we had already made once).
-    """
-    rows = (
-        error_steps(window)
-        .annotate(period=window.trunc("run__created_at"))
-        .values("period")
-        .annotate(**_error_aggregates())
-        .order_by("period")
-    )
-    runs = {
-        r["period"]: r["runs"]
-        for r in _by_period(
-            window,
-            window.runs().annotate(period=window.trunc("created_at")).values("period").annotate(runs=Count("id")),
-            {"runs": 0},
-        )
-    }
-    out = _by_period(window, rows, {"errors": 0, "repeated": 0, "runs_with_repeated": 0})
-    for row in out:
-        row["runs"] = runs[row["period"]]
-        row["repeated_rate"] = _rate(row["repeated"], row["errors"])
-        row["repeated_per_run"] = _rate(row["repeated"], row["runs"])
-    return out
-
-
-def repeated_error_summary(window: Window) -> dict:
-    row = error_steps(window).aggregate(**_error_aggregates())
-    runs = window.runs().count()
-    return {
-        **row,
-        "runs": runs,
-        "repeated_rate": _rate(row["repeated"], row["errors"]),
-        "repeated_per_run": _rate(row["repeated"], runs),
-    }
-
-
-# --- human interventions -----------------------------------------------------------------------
+# --- the per-period counts behind the trends ----------------------------------------------------
+# Each trend is built from additive counts per period. Whole days come from the DailyRunStats
+# rollups; the partial days at the window's edges (and the rollups themselves) are counted by
+# the queries below, so there is one definition of each count.
 INTERVENTION_REASONS = ("confirmed", "human_scored", "retried", "cancelled")
 
 
@@ -199,40 +103,201 @@ def runs_with_intervention_flags(window: Window) -> QuerySet[Run]:
 _NEEDED_A_PERSON = (
     Q(has_confirmation=True) | Q(has_human_score=True) | Q(has_retry=True) | Q(status=Run.Status.CANCELLED)
 )
+_ENDED = Q(status__in=ENDED)
 
 
-def _intervention_aggregates() -> dict:
+def run_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> QuerySet:
+    """Per period (and ``by`` columns): ``runs`` created; of those ``ended``, ``succeeded``,
+    ``scored`` and ``score_sum`` over the ended ones; and the human interventions."""
+    return (
+        runs_with_intervention_flags(window)
+        .annotate(period=window.trunc("created_at"))
+        .values(*by)
+        .annotate(
+            runs=Count("id"),
+            ended=Count("id", filter=_ENDED),
+            succeeded=Count("id", filter=Q(status=Run.Status.SUCCEEDED)),
+            scored=Count("id", filter=_ENDED & Q(score__isnull=False)),
+            score_sum=Sum("score", filter=_ENDED),
+            intervened=Count("id", filter=_NEEDED_A_PERSON),
+            confirmed=Count("id", filter=Q(has_confirmation=True)),
+            human_scored=Count("id", filter=Q(has_human_score=True)),
+            retried=Count("id", filter=Q(has_retry=True)),
+            cancelled=Count("id", filter=Q(status=Run.Status.CANCELLED)),
+        )
+        .order_by()
+    )
+
+
+def error_steps(window: Window) -> QuerySet[Step]:
+    """Every error in the window's runs (a step with an error signature), flagged ``is_repeated``
+    when a step of an EARLIER run (by ``created_at``, then id) had the same signature; earlier
+    means any time before, inside the window or not, and of any task kind."""
+    # The exclude is a no-op for the result but lets PostgreSQL use the partial index
+    # step_error_signature (it cannot prove the outer signature is not empty on its own).
+    earlier = (
+        Step.objects.filter(error_signature=OuterRef("error_signature"))
+        .exclude(error_signature="")
+        .filter(
+            Q(run__created_at__lt=OuterRef("run__created_at"))
+            | Q(run__created_at=OuterRef("run__created_at"), run_id__lt=OuterRef("run_id"))
+        )
+    )
+    return Step.objects.filter(run__in=window.runs()).exclude(error_signature="").annotate(is_repeated=Exists(earlier))
+
+
+def error_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> QuerySet:
+    """Per period (and ``by`` columns, with ``task_kind`` read from the run): ``errors``,
+    ``repeated_errors`` and ``runs_with_repeated``."""
+    return (
+        error_steps(window)
+        .annotate(period=window.trunc("run__created_at"), task_kind=F("run__task_kind"))
+        .values(*by)
+        .annotate(
+            errors=Count("id"),
+            repeated_errors=Count("id", filter=Q(is_repeated=True)),
+            runs_with_repeated=Count("run", filter=Q(is_repeated=True), distinct=True),
+        )
+        .order_by()
+    )
+
+
+def _period_key(value: date | datetime) -> date:
+    return timezone.localtime(value).date() if isinstance(value, datetime) else value
+
+
+def _add(into: dict, rows) -> None:
+    for row in rows:
+        totals = into.setdefault(_period_key(row.pop("period")), dict.fromkeys(DailyRunStats.COUNTS, 0))
+        for name, value in row.items():
+            if name in totals:
+                totals[name] += value or 0
+
+
+def _midnight(day: date) -> datetime:
+    return timezone.make_aware(datetime.combine(day, dt_time.min))
+
+
+def split_window(window: Window) -> tuple[list[Window], date | None, date | None]:
+    """The whole days ``[first, last)`` the rollups answer for, and the partial edges that are
+    counted live (``first`` is None when the window holds no whole day)."""
+    first = timezone.localtime(window.since).date()
+    if _midnight(first) < window.since:
+        first += timedelta(days=1)
+    last = timezone.localtime(window.until).date()
+    if first >= last:
+        return [window], None, None
+    edges = []
+    if window.since < _midnight(first):
+        edges.append(replace(window, until=_midnight(first)))
+    if _midnight(last) < window.until:
+        edges.append(replace(window, since=_midnight(last)))
+    return edges, first, last
+
+
+def period_counts(window: Window) -> list[dict]:
+    """Every count of DailyRunStats per period of the window, every period present. A page that
+    shows several trends computes this once and passes it to each as ``counts``."""
+    found: dict[date, dict] = {}
+    edges, first, last = split_window(window)
+    if first is not None:
+        rollups = DailyRunStats.objects.filter(day__gte=first, day__lt=last)
+        if window.kind:
+            rollups = rollups.filter(task_kind=window.kind)
+        period = Trunc("day", window.granularity, output_field=DateField())
+        _add(
+            found,
+            rollups.annotate(period=period)
+            .values("period")
+            .annotate(**{c: Sum(c) for c in DailyRunStats.COUNTS})
+            .order_by(),
+        )
+    for edge in edges:
+        _add(found, run_counts(edge))
+        _add(found, error_counts(edge))
+    empty = dict.fromkeys(DailyRunStats.COUNTS, 0)
+    return [{"period": p, **found.get(p, empty)} for p in window.periods()]
+
+
+def _total(rows: list[dict]) -> dict:
+    return {c: sum(r[c] for r in rows) for c in DailyRunStats.COUNTS}
+
+
+# --- average score and success rate ------------------------------------------------------------
+def _score_figures(c: dict) -> dict:
     return {
-        "runs": Count("id"),
-        "intervened": Count("id", filter=_NEEDED_A_PERSON),
-        "confirmed": Count("id", filter=Q(has_confirmation=True)),
-        "human_scored": Count("id", filter=Q(has_human_score=True)),
-        "retried": Count("id", filter=Q(has_retry=True)),
-        "cancelled": Count("id", filter=Q(status=Run.Status.CANCELLED)),
+        "runs": c["ended"],
+        "scored": c["scored"],
+        "avg_score": c["score_sum"] / c["scored"] if c["scored"] else None,
+        "succeeded": c["succeeded"],
+        "success_rate": _rate(c["succeeded"], c["ended"]),
     }
 
 
-def intervention_trend(window: Window) -> list[dict]:
+def score_trend(window: Window, counts: list[dict] | None = None) -> list[dict]:
+    """**Average score** and **success rate** per period, over the runs that have ended.
+
+    - average score: mean of ``Run.score`` (the composite, where a human score outranks the
+      evaluators) over the ended runs that have a score;
+    - success rate: ended runs with status *succeeded* / all ended runs (succeeded, failed,
+      cancelled). Queued and running runs are left out of both.
+    """
+    return [{"period": c["period"], **_score_figures(c)} for c in counts or period_counts(window)]
+
+
+def score_summary(window: Window, counts: list[dict] | None = None) -> dict:
+    """The same two figures over the whole window."""
+    return _score_figures(_total(counts or period_counts(window)))
+
+
+# --- repeated errors -------------------------------------------------------------------------
+def _error_figures(c: dict) -> dict:
+    return {
+        "errors": c["errors"],
+        "repeated": c["repeated_errors"],
+        "runs_with_repeated": c["runs_with_repeated"],
+        "runs": c["runs"],
+        "repeated_rate": _rate(c["repeated_errors"], c["errors"]),
+        "repeated_per_run": _rate(c["repeated_errors"], c["runs"]),
+    }
+
+
+def repeated_error_trend(window: Window, counts: list[dict] | None = None) -> list[dict]:
+    """**Repeated-error rate** per period.
+
+    An error is a step with an ``error_signature`` (tool + error class + normalised message);
+    it is *repeated* when that signature was already seen in an earlier run.
+
+    - ``repeated_rate``: repeated errors / all errors in the period;
+    - ``repeated_per_run``: repeated errors / runs created in the period (what a run costs us
+      in mistakes we had already made once).
+    """
+    return [{"period": c["period"], **_error_figures(c)} for c in counts or period_counts(window)]
+
+
+def repeated_error_summary(window: Window, counts: list[dict] | None = None) -> dict:
+    return _error_figures(_total(counts or period_counts(window)))
+
+
+# --- human interventions -----------------------------------------------------------------------
+def _intervention_figures(c: dict) -> dict:
+    return {
+        "runs": c["runs"],
+        "intervened": c["intervened"],
+        **{reason: c[reason] for reason in INTERVENTION_REASONS},
+        "rate": _rate(c["intervened"], c["runs"]),
+    }
+
+
+def intervention_trend(window: Window, counts: list[dict] | None = None) -> list[dict]:
     """**Human-intervention rate** per period: runs that needed a person for at least one of
     the reasons above / all runs created in the period. A run counts once, however many
     reasons it has; the per-reason counts are given too."""
-    rows = (
-        runs_with_intervention_flags(window)
-        .annotate(period=window.trunc("created_at"))
-        .values("period")
-        .annotate(**_intervention_aggregates())
-        .order_by("period")
-    )
-    empty = dict.fromkeys(("runs", "intervened", *INTERVENTION_REASONS), 0)
-    out = _by_period(window, rows, empty)
-    for row in out:
-        row["rate"] = _rate(row["intervened"], row["runs"])
-    return out
+    return [{"period": c["period"], **_intervention_figures(c)} for c in counts or period_counts(window)]
 
 
-def intervention_summary(window: Window) -> dict:
-    row = runs_with_intervention_flags(window).aggregate(**_intervention_aggregates())
-    return {**row, "rate": _rate(row["intervened"], row["runs"])}
+def intervention_summary(window: Window, counts: list[dict] | None = None) -> dict:
+    return _intervention_figures(_total(counts or period_counts(window)))
 
 
 # --- tools -------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from feedback.privacy import mask_text
 
 if TYPE_CHECKING:
     from django_celery_beat.models import PeriodicTask
+from feedback.rollups import daily_stats_refresh_run
 
 
 class AlreadyDecided(Exception):
@@ -151,7 +152,11 @@ def run_cancel(*, run: Run, user: AbstractBaseUser) -> bool:
         finished_at=timezone.now(),
         error="Cancelled by a user.",
     )
-    if not stopped:
+    if stopped:
+        from feedback.tasks import daily_stats_refresh_task
+
+        daily_stats_refresh_task.delay_on_commit(run.pk)
+    else:
         stopped = Run.objects.filter(pk=run.pk, status__in=Run.ACTIVE_STATUSES).update(cancel_requested=True)
     return bool(stopped)
 
@@ -169,6 +174,10 @@ def run_rerun(*, run: Run, user: AbstractBaseUser) -> Run:
     )
     Run.objects.filter(pk=new_run.pk).update(retry_of=run)
     new_run.retry_of = run
+    from feedback.tasks import daily_stats_refresh_task
+
+    # The original now counts as an intervention on its own day.
+    daily_stats_refresh_task.delay_on_commit(run.pk)
     return new_run
 
 
@@ -235,6 +244,8 @@ def run_add_human_score(
     )
     run.score = composite_score(run)
     run.save(update_fields=["score"])
+    # Here, not in a task: one day's recount is cheap, and the reviewer's next page shows it.
+    daily_stats_refresh_run(run_id=run.pk)
     return evaluation
 
 

@@ -9,6 +9,7 @@ from kombu.exceptions import OperationalError as BrokerError
 
 from feedback.agent.checkpoint import reap_stale_runs
 from feedback.agent.loop import execute_run
+from feedback.rollups import daily_stats_refresh_recent, daily_stats_refresh_run
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ def run_evaluate_task(run_id: int, expected_round: int | None = None) -> None:
     # Idempotent (evaluate_run writes a round only once), hence safe to redeliver with acks_late.
     from feedback.evaluation.chain import evaluate_run
 
+    # Also recounts the run's day in the metric rollups (feedback.rollups), with the score.
     evaluate_run(run_id, expected_round=expected_round)
 
 
@@ -77,3 +79,13 @@ def task_scheduled_run_task(task_id: int) -> None:
     from feedback.services import task_run_scheduled
 
     task_run_scheduled(task_id=task_id)
+
+
+@shared_task(ignore_result=True)
+def daily_stats_refresh_task(run_id: int) -> None:
+    daily_stats_refresh_run(run_id=run_id)
+
+
+@shared_task(ignore_result=True)
+def daily_stats_refresh_recent_task() -> None:
+    daily_stats_refresh_recent()

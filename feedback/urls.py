@@ -1,9 +1,10 @@
 from django.urls import path
 
-from feedback.views import confirmations, evaluation, home, metrics, runs, schedules, strategies, tasks, trace
+from feedback.views import confirmations, evaluation, health, home, metrics, runs, schedules, strategies, tasks, trace
 
 urlpatterns = [
     path("", home.home, name="feedback-home"),
+    path("healthz", health.healthz, name="feedback-healthz"),
     path("tasks/new/", tasks.task_submit, name="feedback-task-submit"),
     path("schedules/", schedules.schedule_list, name="feedback-schedule-list"),
     path("schedules/<int:schedule_id>/toggle/", schedules.schedule_toggle, name="feedback-schedule-toggle"),

@@ -1,6 +1,7 @@
 """Small builders for the rows tests need (plain functions: the model is simple enough)."""
 
 from feedback.models import Run, Task
+from feedback.rollups import daily_stats_refresh_run
 
 
 def make_run(*, user=None, text="What is 2 + 2?", kind=Task.Kind.ARITHMETIC, workspace=None, **run_fields) -> Run:
@@ -23,4 +24,7 @@ def make_finished_run(
 
     task = Task.objects.create(text=text, kind=kind, created_by=user, expected_answer=expected_answer)
     run_fields.setdefault("finished_at", run_fields.get("created_at") or timezone.now())
-    return Run.objects.create(task=task, task_kind=kind, status=status, final_output=output, **run_fields)
+    run = Run.objects.create(task=task, task_kind=kind, status=status, final_output=output, **run_fields)
+    # As the worker does when a run ends: its day's metric rollup counts it.
+    daily_stats_refresh_run(run_id=run.pk)
+    return run

@@ -17,6 +17,8 @@ LOGIN = "login"
 # staff member, so "staff" here is someone else's run; own runs are tested below.
 ACCESS = [
     ("feedback-home", "get", None, [LOGIN, 302, 302, 302, 302]),
+    # For load balancers: answers everyone, and says nothing but "ok".
+    ("feedback-healthz", "get", None, [200, 200, 200, 200, 200]),
     ("feedback-task-submit", "get", None, [LOGIN, 403, 200, 403, 403]),
     ("feedback-run-list", "get", None, [LOGIN, 403, 200, 200, 200]),
     ("feedback-run-detail", "get", "run", [LOGIN, 403, 403, 200, 200]),

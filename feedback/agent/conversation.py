@@ -33,23 +33,27 @@ def _assistant_message(thought: str, calls: list[Step]) -> dict[str, Any]:
     return message
 
 
-def conversation(run: Run) -> list[dict[str, Any]]:
+def recorded_steps(run: Run) -> list[Step]:
+    """The run's steps as the conversation needs them, in order."""
+    # "run" must be loaded too: the related manager checks each step's run_id, and a deferred
+    # run_id cost one query per step, per turn (quadratic in the run's length).
+    return list(
+        run.steps.order_by("index").only(
+            "run", "turn", "kind", "thought", "tool_name", "tool_call_id", "arguments", "result", "error",
+            "success", "stale",
+        )
+    )  # fmt: skip
+
+
+def conversation(run: Run, steps: list[Step] | None = None) -> list[dict[str, Any]]:
+    """The messages for the model. ``steps``: the run's steps when the caller already holds them
+    (the loop keeps the steps it wrote), else they are read from the database."""
+    if steps is None:
+        steps = recorded_steps(run)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": run.system_prompt},
         {"role": "user", "content": run.task.text},
     ]
-    steps = run.steps.order_by("index").only(
-        "turn",
-        "kind",
-        "thought",
-        "tool_name",
-        "tool_call_id",
-        "arguments",
-        "result",
-        "error",
-        "success",
-        "stale",
-    )
     for _, group in groupby(steps, key=lambda s: s.turn):
         turn = list(group)
         thought = "\n".join(s.thought for s in turn if s.kind in (Step.Kind.THOUGHT, Step.Kind.FINAL))

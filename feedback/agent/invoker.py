@@ -84,6 +84,20 @@ def strict_json(raw: str) -> Any:
         raise ValueError("nested too deeply") from None
 
 
+_VALIDATORS: dict[int, tuple[dict, Any]] = {}
+
+
+def _validator(schema: dict) -> Any:
+    """A checked validator per schema, built once: ``jsonschema.validate`` re-checks the schema
+    itself on every call, which cost more than the rest of a zero-latency step."""
+    cached = _VALIDATORS.get(id(schema))
+    if cached is None or cached[0] is not schema:  # the identity check guards against id reuse
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        cached = _VALIDATORS[id(schema)] = (schema, cls(schema))
+    return cached[1]
+
+
 def parse_arguments(raw: str, tool: Tool) -> dict[str, Any]:
     if not isinstance(raw, str):
         raise ToolError("The arguments must be a JSON object in a string.")
@@ -96,7 +110,7 @@ def parse_arguments(raw: str, tool: Tool) -> dict[str, Any]:
     if not isinstance(arguments, dict):
         raise ToolError("The arguments must be a JSON object.")
     try:
-        jsonschema.validate(arguments, tool.parameters)
+        _validator(tool.parameters).validate(arguments)
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
         raise ToolError(f"Invalid arguments for {tool.name} ({where}): {exc.message}") from exc

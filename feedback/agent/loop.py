@@ -23,7 +23,7 @@ from feedback.models import Run, Step, Task, ToolConfirmation
 from feedback.privacy import mask_text
 from feedback.strategies import injection as strategy_injection
 
-from .conversation import conversation
+from .conversation import conversation, recorded_steps
 from .guardrails import Decision, Guardrails
 from .invoker import Outcome, invoke, parse_arguments, strict_json
 from .llm import ChatModel, LLMAttempt, LLMReply, ToolCall, complete_with_retries, get_model
@@ -129,9 +129,10 @@ class AgentLoop:
     # --- the loop -------------------------------------------------------------------------
     def execute(self) -> None:
         self._prepare()
+        self.record.steps = recorded_steps(self.run)
         self._resume_confirmed_calls()
         specs = [t.spec() for t in self.tools.values()]
-        turn = self.run.steps.order_by("-index").values_list("turn", flat=True).first() or 0
+        turn = self.record.steps[-1].turn if self.record.steps else 0
         model_errors = 0
         while True:
             limit = self._limit_reached()
@@ -141,7 +142,7 @@ class AgentLoop:
                 return self._finish(Run.Status.FAILED, error=limit)
             turn += 1
             current_step.set(None)
-            reply, attempts, error = complete_with_retries(self.model, conversation(self.run), specs)
+            reply, attempts, error = complete_with_retries(self.model, conversation(self.run, self.record.steps), specs)
             if error is not None:
                 self.record.step(
                     tries=attempts, turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
@@ -194,7 +195,12 @@ class AgentLoop:
         outcomes: dict[str, Outcome] = {}
         decisions = self._guard(pooled)
         runnable = [c for c in pooled if not decisions[c.id].refusal]
-        if runnable:
+        if len(runnable) == 1:
+            # Nothing to overlap: a fresh thread per turn would also open a fresh cache
+            # connection (the cache client is per thread) for the breaker's reads.
+            call = runnable[0]
+            outcomes[call.id] = invoke(call.name, decisions[call.id].arguments, self.context, self.tools)
+        elif runnable:
             # Several calls in one reply run concurrently; their steps are written in call order.
             with ThreadPoolExecutor(max_workers=min(8, len(runnable))) as pool:
                 results = pool.map(
@@ -337,7 +343,7 @@ def _with_success(failed_attempts: list) -> list:
     return [*failed_attempts, LLMAttempt(last.number + 1, timezone.now(), 0, "", False)]
 
 
-def execute_run(run_id: int, *, model: ChatModel | None = None) -> None:
+def execute_run(run_id: int, *, model: ChatModel | None = None, tools: dict[str, Tool] | None = None) -> None:
     """Claim a queued run and drive it until it ends or waits. Returns quietly if another
     worker has it: only a conditional update from "queued" claims a run."""
     lease = new_lease()
@@ -356,7 +362,7 @@ def execute_run(run_id: int, *, model: ChatModel | None = None) -> None:
     heartbeat = Heartbeat(run_id, lease)
     heartbeat.start()
     try:
-        AgentLoop(run, lease=lease, model=model).execute()
+        AgentLoop(run, lease=lease, model=model, tools=tools).execute()
     except Paused:
         pass
     except LeaseLost:

@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from feedback.models import Evaluation, Run
+from feedback.rollups import daily_stats_refresh_run
 
 from .evaluators import EVALUATOR_KINDS, EvaluatorError, Verdict, reference_evaluator, rule_evaluator
 from .judge import judge_evaluator, judge_name
@@ -122,4 +123,7 @@ def evaluate_run(run_id: int, *, expected_round: int | None = None) -> list[Eval
         rows = Evaluation.objects.bulk_create(Evaluation(run=run, round=round_number, **r) for r in results)
         run.score = composite_score(run)
         run.save(update_fields=["score"])
+        # The run has ended and has its score: its day's metric rollup counts both, committed
+        # with the score so no reader sees one without the other.
+        daily_stats_refresh_run(run_id=run_id)
     return rows

@@ -1,5 +1,6 @@
 from .evaluation import Evaluation, EvaluationProfile
 from .run import AppliedStrategy, Run
+from .stats import DailyRunStats
 from .step import Step, StepAttempt
 from .strategy import Strategy, StrategyEvent, StrategyVersion
 from .task import Task, Workspace
@@ -7,6 +8,7 @@ from .tool import ToolConfirmation, ToolSetting
 
 __all__ = [
     "AppliedStrategy",
+    "DailyRunStats",
     "Evaluation",
     "EvaluationProfile",
     "Run",

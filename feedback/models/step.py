@@ -61,6 +61,17 @@ class Step(models.Model):
     def __str__(self) -> str:
         return f"{self.run} step {self.index}"
 
+    # Cheap labels for traces of a thousand steps (see Run.get_status_display).
+    def get_kind_display(self) -> str:
+        return _KIND_LABELS.get(self.kind, self.kind)
+
+    def get_validation_status_display(self) -> str:
+        return _VALIDATION_LABELS.get(self.validation_status, self.validation_status)
+
+
+_KIND_LABELS = dict(Step.Kind.choices)
+_VALIDATION_LABELS = dict(Step.Validation.choices)
+
 
 class StepAttempt(models.Model):
     """One try of a tool call; a step retried three times has three attempts."""

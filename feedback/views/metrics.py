@@ -1,9 +1,39 @@
+import time
+
 from django.contrib.auth.decorators import permission_required
+from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from feedback import metrics
 from feedback.forms import MetricsFilterForm
+
+CACHED_TOOL_STATS_DAYS = 90
+TOOL_STATS_CACHE_SECONDS = 300
+TOOL_STATS_LOCK_SECONDS = 60
+
+
+def _cached_tool_stats(window: metrics.Window, key: str) -> list[dict]:
+    """The window's tool stats from the cache; on a miss one request computes them while the
+    others wait for its result, instead of twenty clients each starting the same seconds-long
+    scan at once (a stampede that made a cold year-long page time out under load)."""
+    tools = cache.get(key)
+    if tools is not None:
+        return tools
+    if cache.add(f"{key}:computing", 1, timeout=TOOL_STATS_LOCK_SECONDS):
+        try:
+            tools = metrics.tool_stats(window)
+            cache.set(key, tools, TOOL_STATS_CACHE_SECONDS)
+            return tools
+        finally:
+            cache.delete(f"{key}:computing")
+    deadline = time.monotonic() + TOOL_STATS_LOCK_SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        tools = cache.get(key)
+        if tools is not None:
+            return tools
+    return metrics.tool_stats(window)  # the computing request died: do it here
 
 
 def _chart_data(scores: list[dict], errors: list[dict], interventions: list[dict], tools: list[dict]) -> dict:
@@ -34,16 +64,24 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
         kind=filters.get("kind") or "",
         granularity=filters.get("granularity") or "day",
     )
-    scores = metrics.score_trend(window)
-    errors = metrics.repeated_error_trend(window)
-    interventions = metrics.intervention_trend(window)
-    tools = metrics.tool_stats(window)
+    # Counted once (rollups for whole days, live queries for the edges), read by every figure.
+    counts = metrics.period_counts(window)
+    scores = metrics.score_trend(window, counts)
+    errors = metrics.repeated_error_trend(window, counts)
+    interventions = metrics.intervention_trend(window, counts)
+    days = filters.get("days") or 30
+    if days >= CACHED_TOOL_STATS_DAYS:
+        # Exact per-tool percentiles scan every call of the window: millions of steps over a
+        # year, and a year's percentiles do not move in a few minutes.
+        tools = _cached_tool_stats(window, f"metrics-tool-stats:{days}:{window.kind}")
+    else:
+        tools = metrics.tool_stats(window)
     context = {
         "form": form,
         "window": window,
-        "score_summary": metrics.score_summary(window),
-        "error_summary": metrics.repeated_error_summary(window),
-        "intervention_summary": metrics.intervention_summary(window),
+        "score_summary": metrics.score_summary(window, counts),
+        "error_summary": metrics.repeated_error_summary(window, counts),
+        "intervention_summary": metrics.intervention_summary(window, counts),
         "strategy_summary": metrics.strategy_effectiveness(window),
         # The table lists the periods that had runs, newest first; the charts show every period.
         "rows": [row for row in zip(scores, errors, interventions, strict=True) if row[2]["runs"]][::-1],

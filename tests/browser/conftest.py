@@ -3,7 +3,12 @@ import os
 import pytest
 from playwright.sync_api import sync_playwright
 
-from ..integration.conftest import _isolated_folders, celery_worker_process, shared_folders  # noqa: F401
+from ..integration.conftest import (  # noqa: F401
+    _isolated_folders,
+    _worker_settles,
+    celery_worker_process,
+    shared_folders,
+)
 
 # Playwright's sync API runs an event loop in this thread; Django's ORM guard would otherwise
 # refuse the test's own database reads.

@@ -22,3 +22,26 @@ def celery_worker_process(django_db_setup, shared_folders):
     worker = WorkerProcess(shared_folders).start()
     yield worker
     worker.stop()
+
+
+@pytest.fixture(autouse=True)
+def _worker_settles(request):
+    """After a test that used a worker, wait until that worker is idle: ended runs evaluated,
+    nothing running. Otherwise the next test's flush (TRUNCATE) deadlocks with its writes."""
+    yield
+    if "celery_worker_process" not in request.fixturenames:
+        return
+    import time
+
+    from feedback.models import Run
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        busy = Run.objects.filter(status__in=[Run.Status.QUEUED, Run.Status.RUNNING]).exists()
+        unevaluated = Run.objects.filter(
+            status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED], evaluations__isnull=True
+        ).exists()
+        if not busy and not unevaluated:
+            break
+        time.sleep(0.2)
+    time.sleep(0.3)  # the rollup refresh that follows an evaluation

@@ -1,0 +1,60 @@
+"""Benchmark 4: the strategy-mining job over the history (100,000 and 1,000,000 runs).
+
+The job lives in feedback/strategies/mining.py (another engineer's work): its entry point is
+``mine(window_days: int | None = None)``. Until it is merged this benchmark says "not available".
+The baseline is the least work any miner does: one grouped pass over the window's error steps.
+"""
+
+import time
+from datetime import timedelta
+
+from django.db.models import Count, Max, Min
+from django.utils import timezone
+
+from bench.results import Result
+from feedback.models import Run, Step
+
+TARGET_SECONDS = 60.0
+
+
+def _error_pass_seconds(window_days: int | None) -> float:
+    steps = Step.objects.exclude(error_signature="")
+    if window_days is not None:
+        steps = steps.filter(run__created_at__gte=timezone.now() - timedelta(days=window_days))
+    started = time.perf_counter()
+    list(steps.values("error_signature").annotate(n=Count("id")).order_by())
+    return time.perf_counter() - started
+
+
+def _windows() -> list[tuple[str, int | None]]:
+    """(label, window_days): every run, and a window of about 100,000 runs when there are more."""
+    total = Run.objects.count()
+    windows: list[tuple[str, int | None]] = [(f"{total:,} runs (all)", None)]
+    if total > 150_000:
+        span = Run.objects.aggregate(first=Min("created_at"), last=Max("created_at"))
+        days = max(1, round((span["last"] - span["first"]).days * 100_000 / total))
+        runs = Run.objects.filter(created_at__gte=timezone.now() - timedelta(days=days)).count()
+        windows.insert(0, (f"{runs:,} runs (last {days} days)", days))
+    return windows
+
+
+def run() -> list[Result]:
+    try:
+        from feedback.strategies.mining import mine
+    except ImportError:
+        return [
+            Result(
+                "mining", "mining job", None, "s", note="not available: feedback.strategies.mining is not merged yet"
+            )
+        ]
+    results = []
+    for label, window_days in _windows():
+        baseline = _error_pass_seconds(window_days)
+        started = time.perf_counter()
+        mine(window_days=window_days)
+        elapsed = time.perf_counter() - started
+        results.append(Result("mining", f"error-step pass over {label} (baseline)", baseline, "s", baseline))
+        results.append(
+            Result("mining", f"mining job over {label}", elapsed, "s", baseline, note=f"target < {TARGET_SECONDS:g} s")
+        )
+    return results

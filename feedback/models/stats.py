@@ -1,0 +1,43 @@
+from django.db import models
+
+from .task import Task
+
+
+class DailyRunStats(models.Model):
+    """Pre-aggregated counts of one day's runs of one task kind, so the metric trends read a
+    year as ~365 rows per kind instead of a million runs and ten million steps.
+
+    A run belongs to the day of its ``created_at`` in the project's time zone. The counts follow
+    the definitions in feedback/metrics.py exactly (they are computed by its queries); they are
+    kept current by feedback.rollups when a run ends, is scored or is retried, and rebuilt by
+    ``manage.py rebuild_daily_stats``.
+    """
+
+    day = models.DateField()
+    task_kind = models.CharField(max_length=32, choices=Task.Kind.choices)
+    runs = models.PositiveIntegerField(default=0)
+    ended = models.PositiveIntegerField(default=0)
+    succeeded = models.PositiveIntegerField(default=0)
+    scored = models.PositiveIntegerField(default=0)
+    # A sum, not an average, so days add up into weeks and windows.
+    score_sum = models.FloatField(default=0.0)
+    errors = models.PositiveIntegerField(default=0)
+    repeated_errors = models.PositiveIntegerField(default=0)
+    runs_with_repeated = models.PositiveIntegerField(default=0)
+    intervened = models.PositiveIntegerField(default=0)
+    confirmed = models.PositiveIntegerField(default=0)
+    human_scored = models.PositiveIntegerField(default=0)
+    retried = models.PositiveIntegerField(default=0)
+    cancelled = models.PositiveIntegerField(default=0)
+    refreshed_at = models.DateTimeField(auto_now=True)
+
+    COUNTS = (
+        "runs", "ended", "succeeded", "scored", "score_sum", "errors", "repeated_errors",
+        "runs_with_repeated", "intervened", "confirmed", "human_scored", "retried", "cancelled",
+    )  # fmt: skip
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["day", "task_kind"], name="daily_run_stats_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.task_kind}: {self.runs} runs"

@@ -1,0 +1,90 @@
+"""Every benchmark at a tiny size, so the code behind `make bench` cannot rot. These tests check
+that each benchmark runs and reports sane figures; the figures themselves come from `make bench`.
+"""
+
+import io
+import shutil
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from bench import dashboard, loop, mining, report, worker
+from bench.history import BENCH_PASSWORD
+from feedback.models import AppliedStrategy, DailyRunStats, Evaluation, Run, Step, Strategy
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
+
+
+@pytest.fixture
+def history(settings):
+    # The gunicorn process logs in with the default hashers, not the tests' fast MD5.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+    call_command("generate_history", runs=60, long_run_steps=40, strategies=8, stdout=io.StringIO())
+
+
+def test_the_generator_writes_a_realistic_history(history):
+    assert Run.objects.count() == 60
+    assert Run.objects.order_by("-step_count").first().step_count == 40
+    assert Step.objects.exclude(error_signature="").exists()
+    assert Evaluation.objects.exists() and AppliedStrategy.objects.exists()
+    assert Strategy.objects.filter(status=Strategy.Status.TRIAL).exists()
+    assert DailyRunStats.objects.exists()
+    # Deterministic: the same seed writes the same history again.
+    first = list(Run.objects.order_by("id").values_list("status", "score", "step_count")[:60])
+    call_command("generate_history", runs=60, long_run_steps=40, strategies=8, stdout=io.StringIO())
+    again = list(Run.objects.order_by("id").values_list("status", "score", "step_count")[60:])
+    assert again == first
+
+
+def test_loop_overhead(db):
+    from django.db import connection
+
+    results = loop.run(database_url=worker.database_url(), steps=5, repeats=1, inserts=10)
+    names = [r.measure for r in results]
+    assert names[0].startswith("bare INSERT") and "engine per step" in names[1]
+    assert all(r.value and r.value > 0 for r in results)
+    assert connection.get_autocommit()
+
+
+def test_worker_throughput_and_concurrency(db, tmp_path):
+    results = worker.run(
+        folder=tmp_path, runs=4, steps=3, noops=20, concurrency=4, latency_ms=100, slow_runs=4, slow_steps=2
+    )
+    noop, runs, concurrency = results
+    assert noop.value > 0 and runs.value > 0
+    assert 0 < concurrency.value <= 4 * 1.05  # never more in flight than the worker's threads
+
+
+def test_dashboard_latency(history, tmp_path, monkeypatch):
+    results = dashboard.run(
+        folder=tmp_path, clients=2, seconds=0.3, username="bench-operator", password=BENCH_PASSWORD,
+        collect_static=False,
+    )  # fmt: skip
+    assert len(results) == 12
+    assert all(r.value and r.value > 0 for r in results)
+
+
+def test_dashboard_without_wrk_uses_the_python_load_generator(history, tmp_path, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    results = dashboard.run(
+        folder=tmp_path, clients=2, seconds=0.2, username="bench-operator", password=BENCH_PASSWORD,
+        collect_static=False,
+    )  # fmt: skip
+    assert "python load generator" in results[1].note
+
+
+def test_mining_reports_a_figure_or_not_available(history):
+    results = mining.run()
+    assert results and (results[0].value is None) == ("not available" in results[0].note)
+
+
+def test_the_report_keeps_other_scales(history, tmp_path):
+    out: Path = tmp_path / "BENCHMARKS.md"
+    row = report.generation_row(60, 1.5)
+    report.write(out, 1_000_000, report.markdown([row]))
+    report.write(out, 60, report.markdown([row]))
+    report.write(out, 60, report.markdown([row, row]))
+    text = out.read_text()
+    assert text.count("## 60 runs") == 1 and text.count("## 1,000,000 runs") == 1
+    assert "PostgreSQL" in text and "cores" in text
