@@ -29,11 +29,11 @@ What the figures include:
   `--concurrency` is the ideal.
 - **dashboard**: gunicorn (2 workers x 4 threads, DEBUG off, hashed static files), `wrk` with
   20 connections for 10 s per page after 1 s of warm-up, logged in as an operator; the load
-  generator shares the 2 cores with gunicorn and PostgreSQL. The trace page is a cached fragment
-  once rendered (keyed by run, step count and status); per-tool stats of windows of 90 days or
-  more are cached for 5 minutes; the run list still counts its rows for the paginator (keyset
-  pagination, `selectors.run_list_page`, is for the run-list view to adopt).
-- **mining**: `feedback.strategies.mining.mine(window_days)`, "not available" until merged.
+  generator shares the 2 cores with gunicorn and PostgreSQL. The trace page renders its first
+  100 steps (later ones load as the operator scrolls); per-tool stats of windows of 90 days or
+  more are cached for 5 minutes; the run list pages by keyset, with no COUNT.
+- **mining**: `feedback.strategies.mining.mine(window_days)` (every pattern kind, in SQL), over
+  the last 36 days and over the whole year; baseline: one pass over the window's error steps.
 
 Noise: on the 2-core VM these tables come from, repeated runs of the same code differed by up
 to 2x on the dashboard figures (the `/healthz` p95 baseline alone ranged from 10 to 42 ms over
