@@ -64,6 +64,13 @@ class Pattern:
         }
 
 
+def _pattern(
+    kind: str, key: str, task_kind: str, failing: int, succeeding: int, totals: dict, details: dict
+) -> Pattern:
+    failing_total, succeeding_total = totals.get(task_kind, (0, 0))
+    return Pattern(kind, key, task_kind, failing, failing_total, succeeding, succeeding_total, details)
+
+
 def _failing(prefix: str = "") -> Q:
     return Q(**{f"{prefix}status": Run.Status.FAILED}) | Q(**{f"{prefix}score__lt": settings.STRATEGY_LOW_SCORE})
 
@@ -117,16 +124,14 @@ def _error_signatures(since, totals) -> list[Pattern]:
     patterns = []
     for row in rows:
         kind = row["run__task_kind"]
-        failing_total, succeeding_total = totals.get(kind, (0, 0))
-        pattern = Pattern(
-            kind="error_signature",
-            key=f"error_signature:{kind}:{row['error_signature']}",
-            task_kind=kind,
-            failing_with=row["failing"],
-            failing_total=failing_total,
-            succeeding_with=row["succeeding"],
-            succeeding_total=succeeding_total,
-            details={"tool": row["tool_name"], "error_class": row["error_class"], "example_error": row["example"]},
+        pattern = _pattern(
+            "error_signature",
+            f"error_signature:{kind}:{row['error_signature']}",
+            kind,
+            row["failing"],
+            row["succeeding"],
+            totals,
+            {"tool": row["tool_name"], "error_class": row["error_class"], "example_error": row["example"]},
         )
         if _keep(pattern):
             pattern.evidence = _evidence(
@@ -175,19 +180,17 @@ def _sequences(since, totals) -> list[Pattern]:
         rows = cursor.fetchall()
     patterns = []
     for kind, previous, tool, failing, succeeding in rows:
-        failing_total, succeeding_total = totals.get(kind, (0, 0))
-        pattern = Pattern(
-            kind="tool_sequence",
-            key=f"tool_sequence:{kind}:{previous}>{tool}",
-            task_kind=kind,
-            failing_with=failing,
-            failing_total=failing_total,
-            succeeding_with=succeeding,
-            succeeding_total=succeeding_total,
-            details={"sequence": [previous, tool]},
+        pattern = _pattern(
+            "tool_sequence",
+            f"tool_sequence:{kind}:{previous}>{tool}",
+            kind,
+            failing,
+            succeeding,
+            totals,
+            {"sequence": [previous, tool]},
         )
         # "Absent in successes": at most one succeeding run in twenty shows it.
-        if _keep(pattern) and succeeding <= max(0, succeeding_total // 20):
+        if _keep(pattern) and succeeding <= max(0, pattern.succeeding_total // 20):
             pattern.evidence = _evidence(Q(run__created_at__gte=since, run__task_kind=kind, tool_name=previous))
             pattern.details["first_call_failed_share"] = _failed_share(pattern.evidence, previous)
             patterns.append(pattern)
@@ -214,7 +217,6 @@ def _feedback(since, totals) -> list[Pattern]:
     patterns = []
     for row in rows:
         kind = row["run__task_kind"]
-        failing_total, succeeding_total = totals.get(kind, (0, 0))
         succeeding = (
             Evaluation.objects.filter(run__created_at__gte=since, run__task_kind=kind, evaluator=row["evaluator"])
             .filter(feedback__startswith=row["gist"])
@@ -223,15 +225,14 @@ def _feedback(since, totals) -> list[Pattern]:
             .distinct()
             .count()
         )
-        pattern = Pattern(
-            kind="evaluator_feedback",
-            key=f"evaluator_feedback:{kind}:{row['evaluator']}:{row['gist'][:80]}",
-            task_kind=kind,
-            failing_with=row["failing"],
-            failing_total=failing_total,
-            succeeding_with=succeeding,
-            succeeding_total=succeeding_total,
-            details={"evaluator": row["evaluator"], "feedback": row["gist"]},
+        pattern = _pattern(
+            "evaluator_feedback",
+            f"evaluator_feedback:{kind}:{row['evaluator']}:{row['gist'][:80]}",
+            kind,
+            row["failing"],
+            succeeding,
+            totals,
+            {"evaluator": row["evaluator"], "feedback": row["gist"]},
         )
         if _keep(pattern):
             pattern.evidence = list(
@@ -282,16 +283,14 @@ def _keywords(since, totals) -> list[Pattern]:
         word = word.strip(".-_")
         if word in _STOPWORDS or len(word) < 3 or word.isdigit():
             continue
-        failing_total, succeeding_total = totals.get(kind, (0, 0))
-        pattern = Pattern(
-            kind="task_keywords",
-            key=f"task_keywords:{kind}:{word}",
-            task_kind=kind,
-            failing_with=failing,
-            failing_total=failing_total,
-            succeeding_with=succeeding,
-            succeeding_total=succeeding_total,
-            details={"keyword": word},
+        pattern = _pattern(
+            "task_keywords",
+            f"task_keywords:{kind}:{word}",
+            kind,
+            failing,
+            succeeding,
+            totals,
+            {"keyword": word},
         )
         if _keep(pattern):
             pattern.evidence = list(
