@@ -227,9 +227,7 @@ class AgentLoop:
         """The guardrails' verdict on each call, before any of them runs."""
         if not self.guardrails:
             return {c.id: Decision(arguments=c.arguments) for c in calls}
-        succeeded = set(
-            self.run.steps.filter(kind=Step.Kind.TOOL_CALL, success=True).values_list("tool_name", flat=True)
-        )
+        succeeded = {s.tool_name for s in self.record.steps or () if s.kind == Step.Kind.TOOL_CALL and s.success}
         return {c.id: self.guardrails.check(c.name, c.arguments, succeeded) for c in calls}
 
     # --- plan and sub-agents ----------------------------------------------------------------
