@@ -238,8 +238,9 @@ def run_add_human_score(
         evaluator="human",
         kind=Evaluation.Kind.HUMAN,
         score=score,
-        feedback=comment,
-        corrected_answer=corrected_answer,
+        # What a reviewer types can quote the customer: masked like everything else stored.
+        feedback=mask_text(comment),
+        corrected_answer=mask_text(corrected_answer),
         author=user,
     )
     run.score = composite_score(run)

@@ -7,7 +7,7 @@ from celery import Task, shared_task
 from django.db import transaction
 from kombu.exceptions import OperationalError as BrokerError
 
-from feedback.agent.checkpoint import reap_stale_runs
+from feedback.agent.checkpoint import reap_stale_runs, resend_lost_evaluations
 from feedback.agent.loop import execute_run
 from feedback.rollups import daily_stats_refresh_recent, daily_stats_refresh_run
 
@@ -37,6 +37,7 @@ def run_execute_task(run_id: int) -> None:
 @shared_task(ignore_result=True)
 def runs_reap_stale_task() -> None:
     reap_stale_runs()
+    resend_lost_evaluations()
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, soft_time_limit=600)

@@ -171,3 +171,18 @@ def test_the_api_key_never_reaches_a_page(client, operator, settings, db):
     ]
     assert all(KEY not in page for page in pages)
     assert KEY not in _all_stored_text(run)
+
+
+def test_a_reviewers_comment_and_corrected_answer_are_masked(reviewer):
+    from feedback import services
+
+    from .factories import make_run
+
+    run = make_run(status="succeeded")
+    services.run_add_human_score(
+        run=run, user=reviewer, score=0.2, comment="Customer maria.lopez@example.com was charged twice",
+        corrected_answer="Refund card 4111 1111 1111 1111",
+    )  # fmt: skip
+    evaluation = run.evaluations.get(kind="human")
+    assert "maria.lopez@example.com" not in evaluation.feedback and "was charged twice" in evaluation.feedback
+    assert "4111 1111 1111 1111" not in evaluation.corrected_answer

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from feedback.models import Run
@@ -36,3 +36,38 @@ def reap_stale_runs() -> list[int]:
                 queue_after_commit(run_execute_task, run_id)
                 requeued.append(run_id)
     return requeued
+
+
+# How far back the reaper looks for ended runs whose evaluation message was lost.
+EVALUATION_LOOKBACK = timedelta(days=1)
+
+
+def resend_lost_evaluations() -> list[int]:
+    """Re-send the evaluation of runs that ended a while ago and have no automatic round: the
+    message queued when they ended was lost (the broker was down). Safe to repeat, because
+    ``evaluate_run`` writes the first round only once; a cache key still limits re-sends to
+    one per run per ten stale periods, so a long judge queue is not flooded."""
+    from django.core.cache import cache
+
+    from feedback.models import Evaluation
+    from feedback.tasks import queue_after_commit, run_evaluate_task
+
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=settings.RUN_STALE_AFTER_SECONDS)
+    automatic = Evaluation.objects.filter(run=OuterRef("pk")).exclude(kind=Evaluation.Kind.HUMAN)
+    lost = (
+        Run.objects.filter(
+            status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED],
+            finished_at__lt=cutoff,
+            finished_at__gte=now - EVALUATION_LOOKBACK,
+        )
+        .filter(~Exists(automatic))
+        .values_list("pk", flat=True)[:500]
+    )
+    resent = []
+    hold = int(settings.RUN_STALE_AFTER_SECONDS * 10)
+    for run_id in lost:
+        if cache.add(f"evaluation-resent:{run_id}", 1, timeout=hold):
+            queue_after_commit(run_evaluate_task, run_id)
+            resent.append(run_id)
+    return resent

@@ -1,0 +1,36 @@
+"""An evaluation whose message the broker lost is sent again by the reaper."""
+
+import pytest
+
+from feedback.models import Run
+
+from .factories import make_run
+
+pytestmark = pytest.mark.django_db
+
+
+def test_an_evaluation_lost_with_the_broker_is_sent_again(
+    db, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from feedback import tasks
+    from feedback.agent.checkpoint import resend_lost_evaluations
+    from feedback.models import Evaluation
+
+    settings.RUN_STALE_AFTER_SECONDS = 60
+    sent = []
+    monkeypatch.setattr(tasks.run_evaluate_task, "apply_async", lambda args, kwargs: sent.append(args[0]))
+    long_ago = timezone.now() - timedelta(minutes=5)
+    lost = make_run(status=Run.Status.SUCCEEDED, finished_at=long_ago)
+    scored = make_run(status=Run.Status.SUCCEEDED, finished_at=long_ago)
+    Evaluation.objects.create(run=scored, evaluator="rule", kind="rule", score=1.0)
+    make_run(status=Run.Status.SUCCEEDED, finished_at=timezone.now())  # its message may still be queued
+    make_run(status=Run.Status.CANCELLED, finished_at=long_ago)  # nothing to evaluate
+    with django_capture_on_commit_callbacks(execute=True):
+        assert resend_lost_evaluations() == [lost.pk]
+    assert sent == [lost.pk]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert resend_lost_evaluations() == []  # once per hold period, not every beat
