@@ -28,7 +28,7 @@ def test_a_reviewer_mines_reviews_and_approves_a_strategy(page, live_server, set
     expect(page.locator("#guidance")).to_contain_text("When calling read_text_file")
     expect(page.locator(".diff .diff-add").first).to_be_visible()
     expect(page.get_by_text("12 of 12 failing runs show it, against 0 of 20 succeeding runs")).to_be_visible()
-    screenshot("strategy-detail")
+    screenshot("strategy-detail", full_page=False)
 
     page.get_by_label("Reason", exact=True).fill("Resolving paths is safe; let us measure it.")
     page.get_by_role("button", name="Approve for trial").click()
