@@ -105,8 +105,15 @@ class AgentLoop:
         )
 
     def _limit_reached(self) -> str:
-        drop_broken_connection()
-        run = Run.objects.only("step_count", "cancel_requested").get(pk=self.run.pk)
+        try:
+            run = Run.objects.only("step_count", "cancel_requested").get(pk=self.run.pk)
+        except (OperationalError, InterfaceError):
+            # The connection dropped between turns: reconnect once here rather than probe it
+            # with an extra query on every turn (step writes retry on their own).
+            if connection.in_atomic_block:
+                raise
+            connection.close()
+            run = Run.objects.only("step_count", "cancel_requested").get(pk=self.run.pk)
         if run.cancel_requested:
             return "cancelled"
         if run.step_count >= settings.AGENT_MAX_STEPS:

@@ -1,5 +1,7 @@
 """The reviewer's pages: strategies, their evidence and trial, and every decision on them."""
 
+import json
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
@@ -39,19 +41,11 @@ def strategy_list(request: HttpRequest) -> HttpResponse:
     return render(request, "feedback/strategy_list.html", context)
 
 
-@permission_required("feedback.view_strategy", raise_exception=True)
-def strategy_detail(request: HttpRequest, strategy_id: int) -> HttpResponse:
-    strategy = selectors.strategy_detail(strategy_id)
-    version = strategy.current_version
-    edit_form = None
-    if version is not None and strategy.status == Strategy.Status.PROPOSED:
-        edit_form = StrategyEditForm(
-            initial={f: getattr(version, f) for f in services.EDITABLE_FIELDS}
-            | {"condition": _json(version.condition), "guardrails": _json(version.guardrails)}
-        )
-    context = {
+def _detail_context(strategy: Strategy, *, edit_form: StrategyEditForm | None) -> dict:
+    """What the review page shows; ``edit_form`` is None where the strategy cannot be edited."""
+    return {
         "strategy": strategy,
-        "version": version,
+        "version": strategy.current_version,
         "versions": strategy.versions.select_related("author").order_by("-number"),
         "events": strategy.events.select_related("actor").order_by("-created_at", "-id"),
         "evidence": strategy.evidence.select_related("task").order_by("-pk")[:50],
@@ -60,13 +54,20 @@ def strategy_detail(request: HttpRequest, strategy_id: int) -> HttpResponse:
         "decision_form": StrategyDecisionForm(initial={"trial_fraction": strategy.trial_fraction}),
         "edit_form": edit_form,
     }
-    return render(request, "feedback/strategy_detail.html", context)
 
 
-def _json(value) -> str:
-    import json
-
-    return json.dumps(value, indent=2, ensure_ascii=False)
+@permission_required("feedback.view_strategy", raise_exception=True)
+def strategy_detail(request: HttpRequest, strategy_id: int) -> HttpResponse:
+    strategy = selectors.strategy_detail(strategy_id)
+    version = strategy.current_version
+    edit_form = None
+    if version is not None and strategy.status == Strategy.Status.PROPOSED:
+        initial = {f: getattr(version, f) for f in services.EDITABLE_FIELDS}
+        initial |= {
+            f: json.dumps(getattr(version, f), indent=2, ensure_ascii=False) for f in ("condition", "guardrails")
+        }
+        edit_form = StrategyEditForm(initial=initial)
+    return render(request, "feedback/strategy_detail.html", _detail_context(strategy, edit_form=edit_form))
 
 
 @require_POST
@@ -79,6 +80,8 @@ def strategy_decide(request: HttpRequest, strategy_id: int) -> HttpResponse:
             messages.error(request, " ".join(errors))
         return redirect("feedback-strategy-detail", strategy_id=strategy.pk)
     action, reason = form.cleaned_data["action"], form.cleaned_data["reason"]
+    # Promotion and roll-back record the trial's figures at the moment of the decision.
+    stats = trial_stats(strategy).as_json() if strategy.trial_started_at else {}
     try:
         if action == "approve":
             services.strategy_approve(
@@ -90,10 +93,8 @@ def strategy_decide(request: HttpRequest, strategy_id: int) -> HttpResponse:
         elif action == "reject":
             services.strategy_reject(strategy=strategy, reviewer=request.user, reason=reason)
         elif action == "promote":
-            stats = trial_stats(strategy).as_json() if strategy.trial_started_at else {}
             services.strategy_promote(strategy=strategy, reviewer=request.user, reason=reason, trial=stats)
         else:
-            stats = trial_stats(strategy).as_json() if strategy.trial_started_at else {}
             services.strategy_roll_back(strategy=strategy, reviewer=request.user, reason=reason, trial=stats)
     except services.IllegalTransition as exc:
         messages.warning(request, str(exc))
@@ -123,18 +124,7 @@ def strategy_edit(request: HttpRequest, strategy_id: int) -> HttpResponse:
             messages.success(request, _("Saved as version %(n)s.") % {"n": version.number})
             return redirect("feedback-strategy-detail", strategy_id=strategy.pk)
     # Invalid: show the page again with what was typed and the errors, nothing lost.
-    context = {
-        "strategy": strategy,
-        "version": strategy.current_version,
-        "versions": strategy.versions.select_related("author").order_by("-number"),
-        "events": strategy.events.select_related("actor").order_by("-created_at", "-id"),
-        "evidence": strategy.evidence.select_related("task").order_by("-pk")[:50],
-        "diff": selectors.strategy_prompt_diff(strategy),
-        "trial": None,
-        "decision_form": StrategyDecisionForm(initial={"trial_fraction": strategy.trial_fraction}),
-        "edit_form": form,
-    }
-    return render(request, "feedback/strategy_detail.html", context, status=400)
+    return render(request, "feedback/strategy_detail.html", _detail_context(strategy, edit_form=form), status=400)
 
 
 @require_POST

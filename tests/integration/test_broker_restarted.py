@@ -18,7 +18,7 @@ from feedback import services
 from feedback.agent.checkpoint import reap_stale_runs
 from feedback.models import Run, Step, Task
 
-from .test_llm_outage import _free_port
+from ..net import free_port
 from .worker import WorkerProcess, wait_for_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 class ThrowAwayRedis:
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen | None = None
 

@@ -6,7 +6,6 @@ guaranteed wait of at least 0.1 * (1 + 2 + 4 + 8 + 16) = 3.1 s before a run give
 twice that); production's 1 s and 4 attempts give 3.5 s, and LLM_MAX_ATTEMPTS=7 gives over 30 s.
 """
 
-import socket
 import threading
 import time
 
@@ -17,6 +16,7 @@ from feedback.models import Run, Step, StepAttempt
 
 from ..factories import make_run
 from ..fake_openai import FakeOpenAI, call, completion, error
+from ..net import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -32,12 +32,6 @@ def endpoint_settings(settings):
     settings.LLM_BACKOFF_SECONDS = 0.2
     settings.LLM_TIMEOUT_SECONDS = 2.0
     return settings
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _answer_after_a_tool_call(body):
@@ -65,7 +59,7 @@ def test_a_run_waits_out_an_endpoint_answering_503(endpoint_settings):
 
 
 def test_a_run_waits_out_refused_connections_until_the_endpoint_returns(endpoint_settings):
-    port = _free_port()
+    port = free_port()
     endpoint_settings.OPENAI_BASE_URL = f"http://127.0.0.1:{port}/v1"
     holder = {}
 
@@ -90,7 +84,7 @@ def test_a_run_waits_out_refused_connections_until_the_endpoint_returns(endpoint
 
 
 def test_an_endpoint_down_for_longer_fails_the_run_with_a_clear_reason(endpoint_settings):
-    endpoint_settings.OPENAI_BASE_URL = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens
+    endpoint_settings.OPENAI_BASE_URL = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens
     run = make_run(text="What is 2 + 2?")
     started = time.monotonic()
     execute_run(run.pk)

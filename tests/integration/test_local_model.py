@@ -4,7 +4,6 @@ Slow on purpose and run in CI: `make test` installs the model first (`make local
 A 135M model makes real mistakes; the test checks the product handles whatever it does.
 """
 
-import socket
 import subprocess
 import time
 import urllib.request
@@ -17,6 +16,7 @@ from feedback.agent.loop import execute_run
 from feedback.models import Run, Step, Task
 
 from ..factories import make_run
+from ..net import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 LLM_PYTHON = Path(settings.BASE_DIR) / ".venv-llm" / "bin" / "python"
@@ -26,9 +26,7 @@ LLM_PYTHON = Path(settings.BASE_DIR) / ".venv-llm" / "bin" / "python"
 def local_model():
     if not LLM_PYTHON.exists():
         pytest.fail("The local model is not installed: run `make local-llm-install` (make test does it).")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     model_path = subprocess.run(
         [LLM_PYTHON, "scripts/smollm2-path"], cwd=settings.BASE_DIR, capture_output=True, text=True, check=True
     ).stdout.strip()
