@@ -58,6 +58,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "feedback.pagecache.PageCacheMiddleware",
 ]
 
 ROOT_URLCONF = "agentsite.urls"
@@ -101,6 +102,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Cache (shared by every process: the circuit breakers and tool result cache live here) -----
 CACHES = {"default": env.cache("CACHE_URL", default=f"filecache://{VAR_DIR / 'cache'}")}
+if CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache":
+    CACHES["default"]["BACKEND"] = "agentsite.cache.RedisCache"  # one client per pool: see there
+# The run list, traces of ended runs and the metrics are served from the cache for this long
+# (feedback/pagecache.py); a person's own changes show at once. 0 turns the page cache off.
+PAGE_CACHE_SECONDS = env.int("PAGE_CACHE_SECONDS", default=5)
+# Sessions are read from the cache on every page (and kept in the database too, so a cache
+# restart logs nobody out).
+SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 
 # --- Auth ------------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

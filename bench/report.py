@@ -31,7 +31,11 @@ What the figures include:
   20 connections for 10 s per page after 1 s of warm-up, logged in as an operator; the load
   generator shares the 2 cores with gunicorn and PostgreSQL. The trace page renders its first
   100 steps (later ones load as the operator scrolls); per-tool stats of windows of 90 days or
-  more are cached for 5 minutes; the run list pages by keyset, with no COUNT.
+  more are cached for 5 minutes; the run list pages by keyset, with no COUNT. Pages are served
+  from the page cache (`feedback/pagecache.py`, the default `PAGE_CACHE_SECONDS=5`: an entry
+  per user, browser and URL, rendered again every 5 s during the load while the other clients
+  wait for that one render). The "first render" rows are one request with no entry, one client:
+  what a page costs when its data just changed, or with the page cache off.
 - **mining**: `feedback.strategies.mining.mine(window_days)` (every pattern kind, in SQL), over
   the last 36 days and over the whole year; baseline: one pass over the window's error steps.
 

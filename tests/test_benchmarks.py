@@ -61,7 +61,7 @@ def test_dashboard_latency(history, tmp_path, monkeypatch):
         folder=tmp_path, clients=2, seconds=0.3, username="bench-operator", password=BENCH_PASSWORD,
         collect_static=False,
     )  # fmt: skip
-    assert len(results) == 12
+    assert len(results) == 17  # the constant page (2) and five pages (first render, p50, p95)
     assert all(r.value and r.value > 0 for r in results)
 
 

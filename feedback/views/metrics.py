@@ -5,7 +5,7 @@ from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from feedback import metrics
+from feedback import metrics, pagecache
 from feedback.forms import MetricsFilterForm
 
 CACHED_TOOL_STATS_DAYS = 90
@@ -54,6 +54,7 @@ def _chart_data(scores: list[dict], errors: list[dict], interventions: list[dict
     }
 
 
+@pagecache.cached_page
 @permission_required("feedback.view_metrics", raise_exception=True)
 def metrics_page(request: HttpRequest) -> HttpResponse:
     # Unbound without a query string, so the selects show the defaults actually in use.

@@ -2,10 +2,11 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from feedback import selectors, services
+from feedback import pagecache, selectors, services
 from feedback.forms import RunFilterForm
 from feedback.models import Run
 
@@ -27,6 +28,7 @@ def _visible_run(request: HttpRequest, run_id: int) -> Run:
     return run
 
 
+@pagecache.cached_page
 def run_list(request: HttpRequest) -> HttpResponse:
     if not (request.user.has_perm("feedback.view_run") or request.user.has_perm("feedback.add_task")):
         raise PermissionDenied
@@ -66,6 +68,27 @@ def _with(query: QueryDict, **values: str) -> str:
 
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _visible_run(request, run_id)
+    return pagecache.cached(
+        request,
+        "run-detail",
+        lambda: _run_detail(request, run),
+        # A new step, status, cancel request or score shows at once: they are part of the key.
+        vary=(run.status, run.step_count, run.cancel_requested, run.score, run.finished_at),
+        seconds=pagecache.LIVE_PAGE_CACHE_SECONDS if _live(run) else None,
+    )
+
+
+def _live(run: Run) -> bool:
+    """Whether the run's page changes by the second (its waterfall's scale, its duration): the
+    run goes on, or it ended a moment ago and its evaluation may be on its way."""
+    from .evaluation import EVALUATION_WAIT_SECONDS
+
+    if run.is_active or run.finished_at is None:
+        return True
+    return (timezone.now() - run.finished_at).total_seconds() < EVALUATION_WAIT_SECONDS
+
+
+def _run_detail(request: HttpRequest, run: Run) -> HttpResponse:
     template = "feedback/run_detail.html"
     part = request.GET.get("part", "")
     if request.htmx and part == "evaluations":

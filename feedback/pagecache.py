@@ -1,0 +1,156 @@
+"""Whole-page caching for the dashboard's heavy read pages (the run list, a run's trace, the metrics).
+
+Rendering those pages costs tens of milliseconds at a million runs; serving one again costs one
+cache round trip. An entry belongs to one user and one CSRF cookie (the HTML carries the user's
+name, what their permissions allow and their CSRF token), one language, one URL and one htmx
+target, plus whatever the view adds (a run's trace adds the run's state, so a new step shows at
+once).
+
+Freshness: any change a person makes through the site (a POST, PUT, PATCH or DELETE) bumps one
+version number that every entry is checked against, so one's own action shows at once; what the
+workers write shows within ``PAGE_CACHE_SECONDS`` (an active run's page: within
+``LIVE_PAGE_CACHE_SECONDS``, its poll interval). When an entry has aged past that, one request
+renders the page again while the others are still served the entry (stale by at most that one
+render), so a busy page never makes its readers queue behind a render.
+"""
+
+import hashlib
+import time
+from collections.abc import Callable, Hashable
+from functools import wraps
+
+from django.conf import settings
+from django.contrib.messages.storage.cookie import CookieStorage
+from django.contrib.messages.storage.session import SessionStorage
+from django.core.cache import cache
+from django.http import HttpRequest, HttpResponse
+
+VERSION_KEY = "page-cache:version"
+# An active run's page polls every second: its entries are at most this old.
+LIVE_PAGE_CACHE_SECONDS = 1
+# How long an aged entry may still be served while one request renders its replacement.
+STALE_GRACE_SECONDS = 30
+# On a miss one request renders while the others asking for the same page wait for its result,
+# rather than twenty clients rendering the same seconds-long page at once.
+RENDER_LOCK_SECONDS = 30
+WAIT_STEP_SECONDS = 0.02
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+Render = Callable[[], HttpResponse]
+
+
+def bump_version() -> None:
+    """Invalidate every cached page (their version no longer matches)."""
+    cache.add(VERSION_KEY, 0, timeout=None)
+    try:
+        cache.incr(VERSION_KEY)
+    except ValueError:  # evicted between add and incr: any new value invalidates
+        cache.set(VERSION_KEY, time.time_ns(), timeout=None)
+
+
+def _pending_messages(request: HttpRequest) -> bool:
+    # A cached page would not show (and so not consume) a message waiting for the next page.
+    return bool(
+        request.COOKIES.get(CookieStorage.cookie_name)
+        or (hasattr(request, "session") and SessionStorage.session_key in request.session)
+    )
+
+
+def _key(request: HttpRequest, name: str, vary: tuple[Hashable, ...]) -> str | None:
+    csrf_cookie = request.COOKIES.get(settings.CSRF_COOKIE_NAME, "")
+    if not csrf_cookie:
+        # This render creates the browser's CSRF secret: its tokens are good for this browser only.
+        return None
+    parts = (
+        name,
+        str(request.user.pk),
+        csrf_cookie,
+        getattr(request, "LANGUAGE_CODE", ""),
+        str(bool(getattr(request, "htmx", False))),
+        request.headers.get("HX-Target", ""),
+        request.get_full_path(),
+        *map(repr, vary),
+    )
+    return "page-cache:" + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+# An entry: (version, fresh until (time.time()), content, headers).
+Entry = tuple[int, float, bytes, dict[str, str]]
+
+
+def _response(entry: Entry) -> HttpResponse:
+    return HttpResponse(entry[2], headers=entry[3])
+
+
+def _render_and_store(key: str, version: int, seconds: float, render: Render) -> HttpResponse:
+    response = render()
+    if response.status_code == 200 and not response.streaming and not response.cookies:
+        entry = (version, time.time() + seconds, response.content, dict(response.headers))
+        cache.set(key, entry, int(seconds) + STALE_GRACE_SECONDS)
+    return response
+
+
+def cached(
+    request: HttpRequest, name: str, render: Render, *, vary: tuple[Hashable, ...] = (), seconds: float | None = None
+) -> HttpResponse:
+    """``render()``'s answer to this GET, from the cache when it has one fresh enough.
+
+    ``name`` names the page; ``vary``: what else the page depends on that the URL does not say;
+    ``seconds``: how long an entry stays fresh (``PAGE_CACHE_SECONDS`` by default)."""
+    seconds = settings.PAGE_CACHE_SECONDS if seconds is None else min(seconds, settings.PAGE_CACHE_SECONDS)
+    if not seconds or request.method != "GET" or not request.user.is_authenticated:
+        return render()
+    key = _key(request, name, vary)
+    if key is None or _pending_messages(request):
+        return render()
+    lock = f"{key}:rendering"
+    found = cache.get_many([VERSION_KEY, key])
+    version = found.get(VERSION_KEY, 0)
+    entry: Entry | None = found.get(key)
+    if entry is not None and entry[0] == version:
+        if entry[1] > time.time() or not cache.add(lock, 1, timeout=RENDER_LOCK_SECONDS):
+            return _response(entry)  # fresh, or aged while another request renders it again
+        try:
+            return _render_and_store(key, version, seconds, render)
+        finally:
+            cache.delete(lock)
+    if cache.add(lock, 1, timeout=RENDER_LOCK_SECONDS):
+        try:
+            return _render_and_store(key, version, seconds, render)
+        finally:
+            cache.delete(lock)
+    # Nothing to serve yet and another request is rendering this page: wait for its result.
+    deadline = time.monotonic() + RENDER_LOCK_SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(WAIT_STEP_SECONDS)
+        entry = cache.get(key)
+        if entry is not None and entry[0] == version:
+            return _response(entry)
+        if cache.get(lock) is None:
+            break  # the other render ended without storing (an error, say)
+    return render()
+
+
+def cached_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A view whose GET answers are served by ``cached`` (for pages the URL says all about)."""
+    name = f"{view.__module__}.{view.__qualname__}"
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        return cached(request, name, lambda: view(request, *args, **kwargs))
+
+    return wrapper
+
+
+class PageCacheMiddleware:
+    """Bumps the page version after every request that may change data, so a person's own
+    change is never hidden by a cached page."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if request.method in UNSAFE_METHODS and settings.PAGE_CACHE_SECONDS:
+            bump_version()
+        return response
