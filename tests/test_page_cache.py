@@ -146,3 +146,13 @@ def test_the_cache_can_be_turned_off(client, operator, settings):
     _warm(client, RUN_LIST)
     _rename(run, "After")
     assert "After" in client.get(RUN_LIST).content.decode()
+
+
+def test_a_trace_another_user_has_cached_is_still_refused(client, operator, staff):
+    run = make_finished_run(text="Not staff's run", finished_at=timezone.now() - timedelta(hours=1))
+    url = reverse("feedback-run-detail", args=[run.pk])
+    client.force_login(operator)
+    assert "Not staff&#x27;s run" in _warm(client, url)
+    client.force_login(staff)
+    client.get(url)
+    assert client.get(url).status_code == 403

@@ -1,6 +1,8 @@
+from datetime import datetime
+
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -67,25 +69,35 @@ def _with(query: QueryDict, **values: str) -> str:
 
 
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _visible_run(request, run_id)
+    # What the page shows changes with these columns: a new step, status, cancel request or
+    # score is a new cache entry, so it shows at once. Read first, in one small query, so that a
+    # page served from the cache costs no more (who may see the run is checked when it renders:
+    # an entry is one user's, and a change of anyone's rights goes through a POST).
+    state = (
+        Run.objects.filter(pk=run_id)
+        .values_list("status", "step_count", "cancel_requested", "score", "finished_at")
+        .first()
+    )
+    if state is None:
+        raise Http404
+    live = _live(status=state[0], finished_at=state[4])
     return pagecache.cached(
         request,
         "run-detail",
-        lambda: _run_detail(request, run),
-        # A new step, status, cancel request or score shows at once: they are part of the key.
-        vary=(run.status, run.step_count, run.cancel_requested, run.score, run.finished_at),
-        seconds=pagecache.LIVE_PAGE_CACHE_SECONDS if _live(run) else None,
+        lambda: _run_detail(request, _visible_run(request, run_id)),
+        vary=state,
+        seconds=pagecache.LIVE_PAGE_CACHE_SECONDS if live else None,
     )
 
 
-def _live(run: Run) -> bool:
+def _live(*, status: str, finished_at: datetime | None) -> bool:
     """Whether the run's page changes by the second (its waterfall's scale, its duration): the
     run goes on, or it ended a moment ago and its evaluation may be on its way."""
     from .evaluation import EVALUATION_WAIT_SECONDS
 
-    if run.is_active or run.finished_at is None:
+    if status in Run.ACTIVE_STATUSES or finished_at is None:
         return True
-    return (timezone.now() - run.finished_at).total_seconds() < EVALUATION_WAIT_SECONDS
+    return (timezone.now() - finished_at).total_seconds() < EVALUATION_WAIT_SECONDS
 
 
 def _run_detail(request: HttpRequest, run: Run) -> HttpResponse:
