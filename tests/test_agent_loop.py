@@ -196,6 +196,54 @@ def test_conversation_is_rebuilt_from_steps(demo_workspace):
     assert messages[-1]["content"] == run.final_output
 
 
+def _parsed(messages):
+    """Messages with their JSON texts parsed: stored jsonb keeps its keys in its own order."""
+
+    def value(v):
+        if isinstance(v, str):
+            try:
+                return json.loads(v)
+            except ValueError:
+                return v
+        if isinstance(v, dict):
+            return {k: value(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [value(x) for x in v]
+        return v
+
+    return value(messages)
+
+
+def test_each_turn_the_model_sees_what_a_resumed_run_would_rebuild(db):
+    run = make_run(text="What is 2 + 3, and 4 * 5?")
+
+    class ComparesWithTheStoredSteps(ScriptedModel):
+        def complete(self, messages, tools):
+            stored = Run.objects.select_related("task").get(pk=run.pk)
+            self.rebuilt = [*getattr(self, "rebuilt", []), conversation(stored)]
+            return super().complete(messages, tools)
+
+    model = ComparesWithTheStoredSteps(
+        [
+            LLMReply(content="Two sums at once.", tool_calls=[call("calculator", expression="2+3"),
+                                                               call("calculator", expression="4*5")]),
+            LLMReply(tool_calls=[ToolCall("bad", "calculator", '{"expression": ')]),
+            LLMReply(content=""),
+            LLMReply(tool_calls=[call("calculator", expression="5+20")]),
+            LLMReply(content="5 and 20, 25 in all."),
+        ]
+    )  # fmt: skip
+    run = run_loop(run, model)
+    assert run.status == Run.Status.SUCCEEDED
+    assert len(model.seen) == len(model.rebuilt) == 5
+    for seen, rebuilt in zip(model.seen, model.rebuilt, strict=True):
+        assert _parsed(seen) == _parsed(rebuilt)
+    roles = [m["role"] for m in model.seen[-1]]
+    assert roles == ["system", "user", "assistant", "tool", "tool", "assistant", "tool", "user", "user",
+                     "assistant", "tool"]  # fmt: skip
+    assert [len(m) for m in model.seen] == [2, 5, 8, 9, 11]  # each call got its own list
+
+
 def test_a_sensitive_call_waits_and_approval_resumes_it(demo_workspace, reviewer, django_capture_on_commit_callbacks):
     reply = LLMReply(
         content="Replying to the customer.",

@@ -1,8 +1,9 @@
 """The agent loop the worker runs: perceive, plan, act, observe, reflect, until a final
 answer, a limit, a stop, or a sensitive call that waits for a person.
 
-Every step is written as it happens and the conversation is rebuilt from the steps, so a run
-resumes from its last recorded step after its worker is killed or after a confirmation.
+Every step is written as it happens and the conversation is rebuilt from the steps when a run
+starts, so a run resumes from its last recorded step after its worker is killed or after a
+confirmation; while it runs, each turn's messages are appended to it.
 """
 
 import json
@@ -23,7 +24,7 @@ from feedback.models import Run, Step, Task, ToolConfirmation
 from feedback.privacy import mask_text
 from feedback.strategies import injection as strategy_injection
 
-from .conversation import conversation, recorded_steps
+from .conversation import Conversation, recorded_steps
 from .guardrails import Decision, Guardrails
 from .invoker import Outcome, invoke, parse_arguments, strict_json
 from .llm import ChatModel, LLMAttempt, LLMReply, ToolCall, complete_with_retries, get_model
@@ -138,6 +139,7 @@ class AgentLoop:
         self._prepare()
         self.record.steps = recorded_steps(self.run)
         self._resume_confirmed_calls()
+        history = Conversation(self.run, self.record.steps)
         specs = [t.spec() for t in self.tools.values()]
         turn = self.record.steps[-1].turn if self.record.steps else 0
         model_errors = 0
@@ -149,7 +151,7 @@ class AgentLoop:
                 return self._finish(Run.Status.FAILED, error=limit)
             turn += 1
             current_step.set(None)
-            reply, attempts, error = complete_with_retries(self.model, conversation(self.run, self.record.steps), specs)
+            reply, attempts, error = complete_with_retries(self.model, history.messages(), specs)
             if error is not None:
                 self.record.step(
                     tries=attempts, turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
