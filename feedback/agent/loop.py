@@ -106,18 +106,10 @@ class AgentLoop:
         )
 
     def _limit_reached(self) -> str:
-        try:
-            run = Run.objects.only("step_count", "cancel_requested").get(pk=self.run.pk)
-        except (OperationalError, InterfaceError):
-            # The connection dropped between turns: reconnect once here rather than probe it
-            # with an extra query on every turn (step writes retry on their own).
-            if connection.in_atomic_block:
-                raise
-            connection.close()
-            run = Run.objects.only("step_count", "cancel_requested").get(pk=self.run.pk)
-        if run.cancel_requested:
+        step_count, cancel_requested = self.record.progress()
+        if cancel_requested:
             return "cancelled"
-        if run.step_count >= settings.AGENT_MAX_STEPS:
+        if step_count >= settings.AGENT_MAX_STEPS:
             return f"Step limit reached ({settings.AGENT_MAX_STEPS} steps) without a final answer."
         if time.monotonic() - self.started > settings.AGENT_MAX_SECONDS:
             return f"Time limit reached ({settings.AGENT_MAX_SECONDS} s) without a final answer."
