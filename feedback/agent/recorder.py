@@ -116,16 +116,15 @@ def _write_step_sql(attempts: int) -> str:
     return sql + " SELECT written.id, written.index, claimed.cancel_requested FROM written, claimed"
 
 
-def _attempt_row(attempt: Attempt | LLMAttempt, step: Step | None = None) -> StepAttempt:
-    return StepAttempt(
-        step=step,
-        number=attempt.number,
-        started_at=attempt.started_at,
-        duration_ms=attempt.duration_ms,
-        error=storable(attempt.error),
-        error_class=getattr(attempt, "error_class", "") or ("LLMError" if attempt.error else ""),
-        retryable=attempt.retryable,
-    )
+def _attempt_fields(attempt: Attempt | LLMAttempt) -> dict[str, Any]:
+    return {
+        "number": attempt.number,
+        "started_at": attempt.started_at,
+        "duration_ms": attempt.duration_ms,
+        "error": storable(attempt.error),
+        "error_class": getattr(attempt, "error_class", "") or ("LLMError" if attempt.error else ""),
+        "retryable": attempt.retryable,
+    }
 
 
 def _db_values(obj: models.Model, fields: list[models.Field]) -> list[Any]:
@@ -216,7 +215,8 @@ class Recorder:
             return self._write_step_in_a_transaction(step, tries, claim)
         params = [*claim, self.run.pk, *_db_values(step, _STEP_FIELDS)]
         for attempt in tries:
-            params += _db_values(_attempt_row(attempt), _ATTEMPT_FIELDS)
+            values = _attempt_fields(attempt)
+            params += [f.get_db_prep_save(values[f.attname], connection) for f in _ATTEMPT_FIELDS]
         # Inside a caller's transaction (a test's), a savepoint keeps a failed write from
         # aborting it, as before; alone, the statement is its own transaction.
         savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
@@ -241,7 +241,7 @@ class Recorder:
             step.pk, step.index = None, owner[0] - 1
             step.save(force_insert=True)
             if tries:
-                StepAttempt.objects.bulk_create(_attempt_row(a, step) for a in tries)
+                StepAttempt.objects.bulk_create(StepAttempt(step=step, **_attempt_fields(a)) for a in tries)
         self.step_count, self.cancel_requested = owner[0], bool(owner[1])
 
     def tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str = "") -> Step:
