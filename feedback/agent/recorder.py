@@ -178,13 +178,14 @@ class Recorder:
         # Personal data and secrets never reach the database (the tool already had the real values).
         fields.update({k: storable(fields[k]) for k in _MASKED_STEP_FIELDS if k in fields})
         step = Step(run=self.run, **fields)
-        if self.step_count is None:
-            self._read_progress()
-        index = self.step_count  # the one this step gets, as only this lease writes steps
         for attempt in range(1, DB_WRITE_ATTEMPTS + 1):
             try:
-                if attempt > 1 and (existing := Step.objects.filter(run_id=self.run.pk, index=index).first()):
-                    step = existing  # the failed attempt committed after all
+                if self.step_count is None:
+                    self._read_progress()
+                # Only this lease writes the run's steps: the counter is the index this step
+                # gets, and a step already there means a failed attempt committed after all.
+                if attempt > 1 and (existing := self.run.steps.filter(index=self.step_count).first()):
+                    step = existing
                     self._read_progress()
                 else:
                     self._write_step(step, tries)
