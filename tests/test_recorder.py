@@ -4,7 +4,7 @@ counter and cancel flag as the write left them."""
 import json
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.conf import settings
@@ -50,6 +50,37 @@ def test_a_step_and_its_attempts_are_written_together(run):
     ]  # fmt: skip
     run.refresh_from_db()
     assert (run.step_count, run.tokens_in) == (1, 7)
+
+
+def _sample(field):
+    """A value for ``field`` that is not its default."""
+    if field.choices:
+        return field.choices[-1][0]
+    return {
+        "CharField": "c" * 7,
+        "TextField": "some text",
+        "PositiveIntegerField": 7,
+        "PositiveSmallIntegerField": 3,
+        "BooleanField": True,
+        "DateTimeField": datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC),
+        "JSONField": {"k": [1, 2.5, None, "v"]},
+    }[field.get_internal_type()]
+
+
+@pytest.mark.parametrize("model", [Step, StepAttempt])
+def test_every_field_of_a_step_and_its_attempts_is_stored(run, model):
+    # The PostgreSQL function names every column: a new field must be added to it (in a migration).
+    fields = [f for f in model._meta.concrete_fields if f.name not in ("id", "run", "index", "step")]
+    values = {f.name: _sample(f) for f in fields}
+    if model is Step:
+        step = Recorder(run, LEASE).step(**values)
+        stored = Step.objects.get(pk=step.pk)
+    else:
+        attempt = Attempt(values["number"], values["started_at"], values["duration_ms"], values["error"],
+                          values["error_class"], values["retryable"])  # fmt: skip
+        step = Recorder(run, LEASE).step([attempt], turn=1, kind=Step.Kind.TOOL_CALL)
+        stored = StepAttempt.objects.get(step=step)
+    assert {f.name: getattr(stored, f.name) for f in fields} == values
 
 
 def test_a_model_call_s_attempts_are_recorded_as_llm_errors(run):

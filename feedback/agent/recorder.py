@@ -4,11 +4,10 @@ Each step, its attempts and the run's step counter are written in one transactio
 row locked, so a step is never half-written and indices stay contiguous. A worker that lost its
 lease (the reaper gave the run to another worker) can no longer write: LeaseLost stops it.
 
-On PostgreSQL that transaction is a single statement, sent in one round trip; the counter it
+On PostgreSQL that transaction is one call of a function, sent in one round trip; the counter it
 returns, with the run's cancel flag, is what the loop checks at the next turn.
 """
 
-import functools
 import logging
 import math
 import os
@@ -75,8 +74,15 @@ def new_lease() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
-# Claims the next index under the lease: the UPDATE locks the run row until the step is
-# committed (so indices stay contiguous) and returns the counter and the cancel flag.
+# On PostgreSQL the whole write is one call of a function (migration 0007 says why): the run's
+# counter claimed under the lease, then the step and its attempts inserted from JSON, in one
+# statement and one round trip where BEGIN, the UPDATE, two INSERTs and COMMIT took five.
+_WRITE_STEP = (
+    "SELECT * FROM feedback_write_step(%s::bigint, %s::text, %s::text, %s::timestamptz, %s::integer, %s::integer,"
+    " %s::jsonb, %s::jsonb)"
+)
+# Elsewhere (SQLite), the same claim as a statement of its own: the UPDATE locks the run row
+# until the step is committed (so indices stay contiguous) and returns the counter and cancel flag.
 _NEXT_INDEX = (
     f"UPDATE {Run._meta.db_table} SET step_count = step_count + 1, heartbeat_at = %s,"
     " tokens_in = tokens_in + %s, tokens_out = tokens_out + %s"
@@ -84,31 +90,6 @@ _NEXT_INDEX = (
 )
 _STEP_FIELDS = [f for f in Step._meta.concrete_fields if f.name not in ("id", "run", "index")]
 _ATTEMPT_FIELDS = [f for f in StepAttempt._meta.concrete_fields if f.name not in ("id", "step")]
-
-
-@functools.cache
-def _write_step_sql() -> str:
-    """The whole step write in one PostgreSQL statement (raw SQL: the ORM cannot chain an
-    UPDATE and INSERTs in one statement). Alone, a statement is its own transaction: one round
-    trip where BEGIN, the UPDATE, two INSERTs and COMMIT took five, for the same guarantees.
-
-    The step and its attempts travel as two JSON documents that PostgreSQL reads into rows of
-    their tables (jsonb_populate_record), typed by the columns themselves: two parameters to
-    quote instead of thirty-odd, which halved the client's own time on the write."""
-    qn = connection.ops.quote_name
-    step_table, attempt_table = qn(Step._meta.db_table), qn(StepAttempt._meta.db_table)
-    step_columns = [qn(f.column) for f in _STEP_FIELDS]
-    attempt_columns = [qn(f.column) for f in _ATTEMPT_FIELDS]
-    return (
-        f"WITH claimed AS ({_NEXT_INDEX}),"
-        f" written AS (INSERT INTO {step_table} ({qn('run_id')}, {qn('index')}, {', '.join(step_columns)})"
-        f" SELECT %s::bigint, claimed.step_count - 1, {', '.join(f's.{c}' for c in step_columns)}"
-        f" FROM claimed, jsonb_populate_record(NULL::{step_table}, %s::jsonb) AS s RETURNING id, {qn('index')}),"
-        f" tries AS (INSERT INTO {attempt_table} ({qn('step_id')}, {', '.join(attempt_columns)})"
-        f" SELECT written.id, {', '.join(f'a.{c}' for c in attempt_columns)}"
-        f" FROM written, jsonb_populate_recordset(NULL::{attempt_table}, %s::jsonb) AS a)"
-        f" SELECT written.id, written.{qn('index')}, claimed.cancel_requested FROM written, claimed"
-    )
 
 
 def _record(values: dict[str, Any], fields: list[models.Field]) -> dict[str, Any]:
@@ -206,20 +187,16 @@ class Recorder:
 
     def _write_step(self, step: Step, tries: list) -> None:
         """Insert ``step`` (unsaved) at the run's next index, with its attempt rows."""
-        claim = [
-            timezone.now(),
-            step.tokens_in,
-            step.tokens_out,
+        if connection.vendor != "postgresql":
+            return self._write_step_in_a_transaction(step, tries)
+        attempts = [_record(_attempt_fields(a), _ATTEMPT_FIELDS) for a in tries]
+        params = [
             self.run.pk,
             self.lease,
             Run.Status.RUNNING,
-        ]
-        if connection.vendor != "postgresql":
-            return self._write_step_in_a_transaction(step, tries, claim)
-        attempts = [_record(_attempt_fields(a), _ATTEMPT_FIELDS) for a in tries]
-        params = [
-            *claim,
-            self.run.pk,
+            timezone.now(),
+            step.tokens_in,
+            step.tokens_out,
             connection.ops.adapt_json_value(_record(vars(step), _STEP_FIELDS), None),
             connection.ops.adapt_json_value(attempts, None),
         ]
@@ -227,7 +204,7 @@ class Recorder:
         # aborting it, as before; alone, the statement is its own transaction.
         savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
         with savepoint, connection.cursor() as cursor:
-            cursor.execute(_write_step_sql(), params)
+            cursor.execute(_WRITE_STEP, params)
             row = cursor.fetchone()
         if row is None:
             raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
@@ -235,8 +212,9 @@ class Recorder:
         step._state.adding, step._state.db = False, connection.alias
         self.step_count = step.index + 1
 
-    def _write_step_in_a_transaction(self, step: Step, tries: list, claim: list) -> None:
-        # SQLite (the embedded default) cannot UPDATE inside a WITH: the same writes, one by one.
+    def _write_step_in_a_transaction(self, step: Step, tries: list) -> None:
+        # SQLite (the embedded default) has no such function: the same writes, one by one.
+        claim = [timezone.now(), step.tokens_in, step.tokens_out, self.run.pk, self.lease, Run.Status.RUNNING]
         with transaction.atomic():
             with connection.cursor() as cursor:
                 cursor.execute(_NEXT_INDEX, claim)

@@ -49,7 +49,7 @@ class Sums:
 
 
 def _is_step_write(sql: str) -> bool:
-    return 'INSERT INTO "feedback_step"' in sql
+    return "feedback_write_step(" in sql
 
 
 def _cut_on_writes(*which: int):
