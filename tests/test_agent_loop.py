@@ -109,6 +109,27 @@ def test_a_missing_file_leads_to_reflection_and_a_new_plan(demo_workspace):
     assert run.status == Run.Status.SUCCEEDED  # it answered; the evaluators judge the answer
 
 
+def test_the_plan_step_in_progress_fails_with_its_step_and_stays_failed(db):
+    plan = [{"title": "Read the notes", "status": "in_progress"}, {"title": "Answer", "status": "pending"}]
+    model = ScriptedModel(
+        [
+            LLMReply(tool_calls=[call("update_plan", steps=plan)]),
+            LLMReply(tool_calls=[ToolCall("r1", "read_text_file", '{"path": "missing.txt"}')]),
+            LLMReply(content="The notes are missing."),
+        ]
+    )
+    run = run_loop(make_run(kind=Task.Kind.FILE_ANALYSIS), model)
+    assert run.status == Run.Status.SUCCEEDED
+    assert [item["status"] for item in run.plan] == ["failed", "pending"]
+
+
+def test_a_resumed_run_completes_the_plan_its_first_worker_recorded(db):
+    run = make_run(plan=[{"title": "Compute", "status": "in_progress"}])
+    run = run_loop(run, ScriptedModel([LLMReply(content="4")]))
+    assert run.status == Run.Status.SUCCEEDED
+    assert run.plan == [{"title": "Compute", "status": "completed"}]
+
+
 def test_only_a_queued_run_is_claimed(db):
     run = make_run(status=Run.Status.RUNNING, worker="someone-else")
     execute_run(run.pk)

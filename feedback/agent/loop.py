@@ -116,7 +116,7 @@ class AgentLoop:
         return ""
 
     def _finish(self, status: str, *, output: str = "", error: str = "") -> None:
-        plan = Run.objects.values_list("plan", flat=True).get(pk=self.run.pk) or []
+        plan = self.run.plan or []  # the loop is the plan's only writer: this is the stored one
         if status == Run.Status.SUCCEEDED:
             plan = [{**i, "status": "completed"} if i.get("status") == "in_progress" else i for i in plan]
         self.record.update_run(status=status, final_output=output, error=error, finished_at=timezone.now(), plan=plan)
@@ -276,7 +276,7 @@ class AgentLoop:
         return child, outcome
 
     def _mark_plan_failed(self) -> None:
-        plan = Run.objects.values_list("plan", flat=True).get(pk=self.run.pk) or []
+        plan = [dict(item) for item in self.run.plan or []]
         for item in plan:
             if item.get("status") == "in_progress":
                 item["status"] = "failed"
