@@ -4,8 +4,10 @@ Three figures, measured in the same process against the same database:
 
 - baseline: one bare ``INSERT`` of a step row, committed (autocommit, raw SQL);
 - ours: a run of ``steps`` steps through ``execute_run`` (claim, lease, heartbeat thread,
-  conversation rebuilt from the steps, the tool invoker with its breaker and thread pool, each
-  step written in its own transaction under the lease), divided by its steps;
+  conversation built from the steps then extended each turn, the tool invoker with its schema
+  check, shared breaker and thread pool, each step with its attempt row committed on its own
+  under the lease, in one statement that also returns the counter and cancel flag the next turn
+  checks), divided by its steps;
 - peer: the same workload through LangGraph's ReAct agent with its PostgreSQL checkpointer.
 """
 

@@ -109,6 +109,27 @@ def test_a_missing_file_leads_to_reflection_and_a_new_plan(demo_workspace):
     assert run.status == Run.Status.SUCCEEDED  # it answered; the evaluators judge the answer
 
 
+def test_the_plan_step_in_progress_fails_with_its_step_and_stays_failed(db):
+    plan = [{"title": "Read the notes", "status": "in_progress"}, {"title": "Answer", "status": "pending"}]
+    model = ScriptedModel(
+        [
+            LLMReply(tool_calls=[call("update_plan", steps=plan)]),
+            LLMReply(tool_calls=[ToolCall("r1", "read_text_file", '{"path": "missing.txt"}')]),
+            LLMReply(content="The notes are missing."),
+        ]
+    )
+    run = run_loop(make_run(kind=Task.Kind.FILE_ANALYSIS), model)
+    assert run.status == Run.Status.SUCCEEDED
+    assert [item["status"] for item in run.plan] == ["failed", "pending"]
+
+
+def test_a_resumed_run_completes_the_plan_its_first_worker_recorded(db):
+    run = make_run(plan=[{"title": "Compute", "status": "in_progress"}])
+    run = run_loop(run, ScriptedModel([LLMReply(content="4")]))
+    assert run.status == Run.Status.SUCCEEDED
+    assert run.plan == [{"title": "Compute", "status": "completed"}]
+
+
 def test_only_a_queued_run_is_claimed(db):
     run = make_run(status=Run.Status.RUNNING, worker="someone-else")
     execute_run(run.pk)
@@ -194,6 +215,54 @@ def test_conversation_is_rebuilt_from_steps(demo_workspace):
     assert messages[0]["content"] == run.system_prompt
     assert [c["function"]["name"] for c in messages[2]["tool_calls"]] == ["update_plan", "read_text_file"]
     assert messages[-1]["content"] == run.final_output
+
+
+def _parsed(messages):
+    """Messages with their JSON texts parsed: stored jsonb keeps its keys in its own order."""
+
+    def value(v):
+        if isinstance(v, str):
+            try:
+                return json.loads(v)
+            except ValueError:
+                return v
+        if isinstance(v, dict):
+            return {k: value(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [value(x) for x in v]
+        return v
+
+    return value(messages)
+
+
+def test_each_turn_the_model_sees_what_a_resumed_run_would_rebuild(db):
+    run = make_run(text="What is 2 + 3, and 4 * 5?")
+
+    class ComparesWithTheStoredSteps(ScriptedModel):
+        def complete(self, messages, tools):
+            stored = Run.objects.select_related("task").get(pk=run.pk)
+            self.rebuilt = [*getattr(self, "rebuilt", []), conversation(stored)]
+            return super().complete(messages, tools)
+
+    model = ComparesWithTheStoredSteps(
+        [
+            LLMReply(content="Two sums at once.", tool_calls=[call("calculator", expression="2+3"),
+                                                               call("calculator", expression="4*5")]),
+            LLMReply(tool_calls=[ToolCall("bad", "calculator", '{"expression": ')]),
+            LLMReply(content=""),
+            LLMReply(tool_calls=[call("calculator", expression="5+20")]),
+            LLMReply(content="5 and 20, 25 in all."),
+        ]
+    )  # fmt: skip
+    run = run_loop(run, model)
+    assert run.status == Run.Status.SUCCEEDED
+    assert len(model.seen) == len(model.rebuilt) == 5
+    for seen, rebuilt in zip(model.seen, model.rebuilt, strict=True):
+        assert _parsed(seen) == _parsed(rebuilt)
+    roles = [m["role"] for m in model.seen[-1]]
+    assert roles == ["system", "user", "assistant", "tool", "tool", "assistant", "tool", "user", "user",
+                     "assistant", "tool"]  # fmt: skip
+    assert [len(m) for m in model.seen] == [2, 5, 8, 9, 11]  # each call got its own list
 
 
 def test_a_sensitive_call_waits_and_approval_resumes_it(demo_workspace, reviewer, django_capture_on_commit_callbacks):

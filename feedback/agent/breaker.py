@@ -3,12 +3,34 @@
 Closed: calls go through and failures are counted. After ``failures`` consecutive transient
 failures it opens for ``reset_seconds``: calls are refused without touching the failing
 service. Then one call is let through (half-open); success closes it, failure re-opens it.
+
+The invoker reads both keys in one round trip before a call (``read``) and clears them after a
+success only when that read (or the call itself) found something to clear: a healthy tool
+costs one cache read per call and no write.
 """
 
 import time
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.cache import cache
+
+
+@dataclass(frozen=True)
+class BreakerState:
+    """The shared state as one read saw it."""
+
+    failures: int = 0
+    open_until: float | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.open_until is not None and time.time() < self.open_until
+
+    @property
+    def dirty(self) -> bool:
+        """Whether a success has anything to reset."""
+        return bool(self.failures) or self.open_until is not None
 
 
 class CircuitBreaker:
@@ -19,9 +41,12 @@ class CircuitBreaker:
         self._failures_key = f"breaker:{name}:failures"
         self._open_key = f"breaker:{name}:open-until"
 
+    def read(self) -> BreakerState:
+        found = cache.get_many([self._failures_key, self._open_key])
+        return BreakerState(found.get(self._failures_key, 0), found.get(self._open_key))
+
     def is_open(self) -> bool:
-        open_until = cache.get(self._open_key)
-        return open_until is not None and time.time() < open_until
+        return self.read().open
 
     def allow(self) -> bool:
         return not self.is_open()
@@ -44,6 +69,7 @@ class CircuitBreaker:
             cache.set(self._open_key, time.time() + self.reset_seconds, timeout=int(self.reset_seconds) + 1)
 
     def state(self) -> str:
-        if self.is_open():
+        seen = self.read()
+        if seen.open:
             return "open"
-        return "half-open" if self.failures() >= self.threshold else "closed"
+        return "half-open" if seen.failures >= self.threshold else "closed"

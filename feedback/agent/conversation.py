@@ -45,15 +45,9 @@ def recorded_steps(run: Run) -> list[Step]:
     )  # fmt: skip
 
 
-def conversation(run: Run, steps: list[Step] | None = None) -> list[dict[str, Any]]:
-    """The messages for the model. ``steps``: the run's steps when the caller already holds them
-    (the loop keeps the steps it wrote), else they are read from the database."""
-    if steps is None:
-        steps = recorded_steps(run)
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": run.system_prompt},
-        {"role": "user", "content": run.task.text},
-    ]
+def turn_messages(steps: list[Step]) -> list[dict[str, Any]]:
+    """The messages of ``steps`` (whole turns, in order) after the system prompt and the task."""
+    messages: list[dict[str, Any]] = []
     for _, group in groupby(steps, key=lambda s: s.turn):
         turn = list(group)
         thought = "\n".join(s.thought for s in turn if s.kind in (Step.Kind.THOUGHT, Step.Kind.FINAL))
@@ -67,3 +61,40 @@ def conversation(run: Run, steps: list[Step] | None = None) -> list[dict[str, An
             if s.kind in (Step.Kind.REFLECTION, Step.Kind.MODEL_ERROR) and s.thought
         )
     return messages
+
+
+def conversation(run: Run, steps: list[Step] | None = None) -> list[dict[str, Any]]:
+    """The messages for the model. ``steps``: the run's steps when the caller already holds them
+    (the loop keeps the steps it wrote), else they are read from the database."""
+    if steps is None:
+        steps = recorded_steps(run)
+    return [
+        {"role": "system", "content": run.system_prompt},
+        {"role": "user", "content": run.task.text},
+        *turn_messages(steps),
+    ]
+
+
+class Conversation:
+    """The messages of a running run, extended by each turn's steps as the loop writes them.
+
+    Rebuilding them from every step at every turn cost a pass over the whole run per turn
+    (quadratic in its length); only the steps added since the last turn are converted here.
+    """
+
+    def __init__(self, run: Run, steps: list[Step]) -> None:
+        self.run, self.steps = run, steps  # ``steps``: the list the recorder appends to
+        self._messages = conversation(run, steps)
+        self._converted = len(steps)
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The messages for the model's next call (a fresh list: a model may keep what it got)."""
+        new = self.steps[self._converted :]
+        if new:
+            if self._converted and new[0].turn == self.steps[self._converted - 1].turn:
+                # The last converted turn went on: its messages must be merged, so start over.
+                self._messages = conversation(self.run, self.steps)
+            else:
+                self._messages.extend(turn_messages(new))
+            self._converted = len(self.steps)
+        return list(self._messages)

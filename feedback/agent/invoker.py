@@ -127,8 +127,12 @@ def _cache_key(kind: str, tool: Tool, arguments: dict[str, Any]) -> str:
     return f"tool-{kind}:{tool.name}:{digest}"
 
 
-def _call_with_retries(tool: Tool, arguments: dict[str, Any], ctx: ToolContext, outcome: Outcome) -> None:
-    breaker = CircuitBreaker(tool.name)
+def _call_with_retries(
+    tool: Tool, arguments: dict[str, Any], ctx: ToolContext, outcome: Outcome, breaker: CircuitBreaker, dirty: bool
+) -> None:
+    """``dirty``: the breaker had failures to reset when it was read before the call. A failure
+    another worker records during this call is kept when the read was clean: this success then
+    counts as having come before it, as if the calls had not overlapped."""
     for number in range(1, tool.max_attempts + 1):
         started, t0 = timezone.now(), time.monotonic()
         error, error_class, retryable, result = "", "", False, None
@@ -160,12 +164,14 @@ def _call_with_retries(tool: Tool, arguments: dict[str, Any], ctx: ToolContext, 
         duration = int((time.monotonic() - t0) * 1000)
         outcome.attempts.append(Attempt(number, started, duration, error, error_class, retryable))
         if not error:
-            breaker.record_success()
+            if dirty:
+                breaker.record_success()
             outcome.ok, outcome.result, outcome.error, outcome.error_class = True, result, "", ""
             return
         outcome.error, outcome.error_class, outcome.retryable = error, error_class, retryable
         if retryable:
             breaker.record_failure()
+            dirty = True
         if not retryable or number == tool.max_attempts or breaker.is_open():
             return
         time.sleep(_backoff(number))
@@ -197,10 +203,11 @@ def invoke(name: str, raw_arguments: str, ctx: ToolContext, tools: dict[str, Too
             return outcome
 
     breaker = CircuitBreaker(tool.name)
-    if breaker.is_open():
+    seen = breaker.read()
+    if seen.open:
         _degrade(tool, arguments, raw_arguments, ctx, tools, outcome)
     else:
-        _call_with_retries(tool, arguments, ctx, outcome)
+        _call_with_retries(tool, arguments, ctx, outcome, breaker, seen.dirty)
         if outcome.ok and tool.idempotent:
             if tool.cache_ttl:
                 cache.set(_cache_key("result", tool, arguments), outcome.result, tool.cache_ttl)

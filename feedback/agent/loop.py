@@ -1,8 +1,9 @@
 """The agent loop the worker runs: perceive, plan, act, observe, reflect, until a final
 answer, a limit, a stop, or a sensitive call that waits for a person.
 
-Every step is written as it happens and the conversation is rebuilt from the steps, so a run
-resumes from its last recorded step after its worker is killed or after a confirmation.
+Every step is written as it happens and the conversation is rebuilt from the steps when a run
+starts, so a run resumes from its last recorded step after its worker is killed or after a
+confirmation; while it runs, each turn's messages are appended to it.
 """
 
 import json
@@ -23,7 +24,7 @@ from feedback.models import Run, Step, Task, ToolConfirmation
 from feedback.privacy import mask_text
 from feedback.strategies import injection as strategy_injection
 
-from .conversation import conversation, recorded_steps
+from .conversation import Conversation, recorded_steps
 from .guardrails import Decision, Guardrails
 from .invoker import Outcome, invoke, parse_arguments, strict_json
 from .llm import ChatModel, LLMAttempt, LLMReply, ToolCall, complete_with_retries, get_model
@@ -105,25 +106,17 @@ class AgentLoop:
         )
 
     def _limit_reached(self) -> str:
-        try:
-            run = Run.objects.only("step_count", "cancel_requested").get(pk=self.run.pk)
-        except (OperationalError, InterfaceError):
-            # The connection dropped between turns: reconnect once here rather than probe it
-            # with an extra query on every turn (step writes retry on their own).
-            if connection.in_atomic_block:
-                raise
-            connection.close()
-            run = Run.objects.only("step_count", "cancel_requested").get(pk=self.run.pk)
-        if run.cancel_requested:
+        step_count, cancel_requested = self.record.progress()
+        if cancel_requested:
             return "cancelled"
-        if run.step_count >= settings.AGENT_MAX_STEPS:
+        if step_count >= settings.AGENT_MAX_STEPS:
             return f"Step limit reached ({settings.AGENT_MAX_STEPS} steps) without a final answer."
         if time.monotonic() - self.started > settings.AGENT_MAX_SECONDS:
             return f"Time limit reached ({settings.AGENT_MAX_SECONDS} s) without a final answer."
         return ""
 
     def _finish(self, status: str, *, output: str = "", error: str = "") -> None:
-        plan = Run.objects.values_list("plan", flat=True).get(pk=self.run.pk) or []
+        plan = self.run.plan or []  # the loop is the plan's only writer: this is the stored one
         if status == Run.Status.SUCCEEDED:
             plan = [{**i, "status": "completed"} if i.get("status") == "in_progress" else i for i in plan]
         self.record.update_run(status=status, final_output=output, error=error, finished_at=timezone.now(), plan=plan)
@@ -138,6 +131,7 @@ class AgentLoop:
         self._prepare()
         self.record.steps = recorded_steps(self.run)
         self._resume_confirmed_calls()
+        history = Conversation(self.run, self.record.steps)
         specs = [t.spec() for t in self.tools.values()]
         turn = self.record.steps[-1].turn if self.record.steps else 0
         model_errors = 0
@@ -149,7 +143,7 @@ class AgentLoop:
                 return self._finish(Run.Status.FAILED, error=limit)
             turn += 1
             current_step.set(None)
-            reply, attempts, error = complete_with_retries(self.model, conversation(self.run, self.record.steps), specs)
+            reply, attempts, error = complete_with_retries(self.model, history.messages(), specs)
             if error is not None:
                 self.record.step(
                     tries=attempts, turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
@@ -282,7 +276,7 @@ class AgentLoop:
         return child, outcome
 
     def _mark_plan_failed(self) -> None:
-        plan = Run.objects.values_list("plan", flat=True).get(pk=self.run.pk) or []
+        plan = [dict(item) for item in self.run.plan or []]
         for item in plan:
             if item.get("status") == "in_progress":
                 item["status"] = "failed"

@@ -6,11 +6,10 @@ The connection is really dropped: the backend serving it is terminated in Postgr
 """
 
 import time
-from unittest import mock
 
 import psycopg
 import pytest
-from django.db import OperationalError, connection, transaction
+from django.db import OperationalError, connection
 
 from feedback.agent.llm import LLMReply, ToolCall
 from feedback.agent.loop import execute_run
@@ -49,18 +48,22 @@ class Sums:
         return LLMReply(tool_calls=[ToolCall(f"c{self.turn}", "calculator", f'{{"expression": "{self.turn} + 100"}}')])
 
 
+def _is_step_write(sql: str) -> bool:
+    return "feedback_write_step(" in sql
+
+
 def _cut_on_writes(*which: int):
-    """Patch Step creation so the Nth step writes (1-based) lose their connection mid-transaction."""
-    real = Step.objects.create
+    """The Nth step writes (1-based) find their connection's backend terminated as they are sent."""
     count = {"n": 0}
 
-    def create(**fields):
-        count["n"] += 1
-        if count["n"] in which:
-            _terminate("pid = %s", connection.connection.info.backend_pid)
-        return real(**fields)
+    def cut(execute, sql, params, many, context):
+        if _is_step_write(sql):
+            count["n"] += 1
+            if count["n"] in which:
+                _terminate("pid = %s", context["connection"].connection.info.backend_pid)
+        return execute(sql, params, many, context)
 
-    return mock.patch.object(Step.objects, "create", create)
+    return connection.execute_wrapper(cut)
 
 
 def _assert_whole(run: Run) -> list[Step]:
@@ -86,16 +89,19 @@ def test_a_step_write_that_loses_its_connection_is_retried_once_on_a_new_one():
 
 def test_a_commit_whose_acknowledgement_is_lost_is_not_written_twice():
     run = make_run(text="Add numbers")
-    real, count = Step.objects.create, {"n": 0}
+    count = {"n": 0}
 
-    def create(**fields):
-        count["n"] += 1
-        if count["n"] == 2:
-            # The transaction commits, then the client sees the connection fail.
-            transaction.on_commit(lambda: (_ for _ in ()).throw(OperationalError("connection lost after commit")))
-        return real(**fields)
+    def lose_acknowledgement(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if _is_step_write(sql):
+            count["n"] += 1
+            if count["n"] == 2:
+                # The write committed (a statement alone is its own transaction), then the
+                # client sees the connection fail before it reads the answer.
+                raise OperationalError("connection lost after commit")
+        return result
 
-    with mock.patch.object(Step.objects, "create", create):
+    with connection.execute_wrapper(lose_acknowledgement):
         execute_run(run.pk, model=Sums(turns=2))
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED

@@ -178,3 +178,47 @@ def test_a_soft_rule_only_warns():
     outcome = invoker.invoke("t", '{"n": 1}', CTX, tools)
     assert outcome.ok and outcome.validation["status"] == "pass"
     assert [c["ok"] for c in outcome.validation["checks"]] == [False]  # the warning stays in the trace
+
+
+class _CountingCache:
+    """The real cache, with a record of which of its operations the breaker used."""
+
+    def __init__(self, real):
+        self.real, self.used = real, []
+
+    def __getattr__(self, name):
+        self.used.append(name)
+        return getattr(self.real, name)
+
+
+def test_a_healthy_tool_costs_one_cache_read_and_no_write(monkeypatch):
+    from django.core.cache import cache
+
+    from feedback.agent import breaker
+
+    counting = _CountingCache(cache)
+    monkeypatch.setattr(breaker, "cache", counting)
+    for n in range(3):
+        assert invoker.invoke("t", f'{{"n": {n}}}', CTX, _tools(lambda ctx, n: n)).ok
+    assert counting.used == ["get_many"] * 3
+
+
+def test_a_success_resets_the_failures_another_worker_recorded():
+    elsewhere = CircuitBreaker("t")  # the same shared keys, as another process sees them
+    elsewhere.record_failure()
+    elsewhere.record_failure()
+    assert invoker.invoke("t", '{"n": 1}', CTX, _tools(lambda ctx, n: n)).ok
+    assert elsewhere.failures() == 0 and elsewhere.state() == "closed"
+
+
+def test_a_success_after_retries_resets_the_failures_it_recorded():
+    calls = []
+
+    def flaky(ctx, n):
+        calls.append(n)
+        if len(calls) < 3:
+            raise ToolError("busy", retryable=True)
+        return n
+
+    assert invoker.invoke("t", '{"n": 1}', CTX, _tools(flaky)).ok
+    assert len(calls) == 3 and CircuitBreaker("t").failures() == 0

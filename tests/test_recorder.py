@@ -1,0 +1,177 @@
+"""The recorder writes each step whole, under the worker's lease, and tells the loop the run's
+counter and cancel flag as the write left them."""
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from feedback.agent.invoker import Attempt
+from feedback.agent.llm import LLMAttempt
+from feedback.agent.recorder import LeaseLost, Recorder
+from feedback.models import Run, Step, StepAttempt
+from feedback.privacy import email_pseudonym
+
+from .factories import make_run
+
+pytestmark = pytest.mark.django_db
+
+LEASE = "worker-a"
+
+
+@pytest.fixture
+def run():
+    return make_run(status=Run.Status.RUNNING, worker=LEASE)
+
+
+def test_a_step_and_its_attempts_are_written_together(run):
+    started = timezone.now() - timedelta(seconds=2)
+    tries = [
+        Attempt(1, started, 900, "mail to ann@example.com timed out", "ToolTimeout", True),
+        Attempt(2, started + timedelta(seconds=1), 40),
+    ]
+    step = Recorder(run, LEASE).step(
+        tries, turn=1, kind=Step.Kind.TOOL_CALL, tool_name="send", tool_call_id="c1",
+        arguments={"to": "ann@example.com", "n": 1.5}, result={"ok": True}, success=True, tokens_in=7,
+    )  # fmt: skip
+    stored = Step.objects.get(pk=step.pk)
+    assert (stored.index, stored.turn, stored.kind, stored.attempts) == (0, 1, "tool_call", 2)
+    assert stored.arguments == {"to": email_pseudonym("ann@example.com"), "n": 1.5} == step.arguments
+    assert stored.result == {"ok": True} and stored.success is True and stored.validation is None
+    rows = list(StepAttempt.objects.filter(step=stored).values("number", "error", "error_class", "retryable"))
+    assert rows == [
+        {"number": 1, "error": f"mail to {email_pseudonym('ann@example.com')} timed out",
+         "error_class": "ToolTimeout", "retryable": True},
+        {"number": 2, "error": "", "error_class": "", "retryable": False},
+    ]  # fmt: skip
+    run.refresh_from_db()
+    assert (run.step_count, run.tokens_in) == (1, 7)
+
+
+def _sample(field):
+    """A value for ``field`` that is not its default."""
+    if field.choices:
+        return field.choices[-1][0]
+    return {
+        "CharField": "c" * 7,
+        "TextField": "some text",
+        "PositiveIntegerField": 7,
+        "PositiveSmallIntegerField": 3,
+        "BooleanField": True,
+        "DateTimeField": datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC),
+        "JSONField": {"k": [1, 2.5, None, "v"]},
+    }[field.get_internal_type()]
+
+
+@pytest.mark.parametrize("model", [Step, StepAttempt])
+def test_every_field_of_a_step_and_its_attempts_is_stored(run, model):
+    # The PostgreSQL function names every column: a new field must be added to it (in a migration).
+    fields = [f for f in model._meta.concrete_fields if f.name not in ("id", "run", "index", "step")]
+    values = {f.name: _sample(f) for f in fields}
+    if model is Step:
+        step = Recorder(run, LEASE).step(**values)
+        stored = Step.objects.get(pk=step.pk)
+    else:
+        attempt = Attempt(values["number"], values["started_at"], values["duration_ms"], values["error"],
+                          values["error_class"], values["retryable"])  # fmt: skip
+        step = Recorder(run, LEASE).step([attempt], turn=1, kind=Step.Kind.TOOL_CALL)
+        stored = StepAttempt.objects.get(step=step)
+    assert {f.name: getattr(stored, f.name) for f in fields} == values
+
+
+def test_a_model_call_s_attempts_are_recorded_as_llm_errors(run):
+    step = Recorder(run, LEASE).step(
+        [LLMAttempt(1, timezone.now(), 5, "503 from the model", True)], turn=1, kind=Step.Kind.MODEL_ERROR,
+        success=False, error="gave up",
+    )  # fmt: skip
+    assert list(step.attempt_rows.values_list("error_class", flat=True)) == ["LLMError"]
+    assert Step.objects.get(pk=step.pk).result is None  # SQL NULL, as the ORM writes None
+
+
+def test_indices_are_contiguous_and_the_counter_follows(run):
+    record = Recorder(run, LEASE)
+    steps = [record.step(turn=1, kind=Step.Kind.THOUGHT, thought=f"t{i}") for i in range(4)]
+    assert [s.index for s in steps] == [0, 1, 2, 3]
+    assert list(run.steps.order_by("index").values_list("thought", flat=True)) == ["t0", "t1", "t2", "t3"]
+    assert record.step_count == Run.objects.get(pk=run.pk).step_count == 4
+
+
+def test_a_worker_that_lost_its_lease_cannot_write(run):
+    record = Recorder(run, LEASE)
+    record.step(turn=1, kind=Step.Kind.THOUGHT, thought="mine")
+    Run.objects.filter(pk=run.pk).update(worker="worker-b")  # the reaper gave the run away
+    with pytest.raises(LeaseLost):
+        record.step(turn=2, kind=Step.Kind.THOUGHT, thought="too late")
+    run.refresh_from_db()
+    assert run.step_count == 1 and list(run.steps.values_list("thought", flat=True)) == ["mine"]
+
+
+def test_a_run_that_is_no_longer_running_takes_no_step(run):
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.CANCELLED)
+    with pytest.raises(LeaseLost):
+        Recorder(run, LEASE).step(turn=1, kind=Step.Kind.THOUGHT, thought="x")
+    assert not run.steps.exists()
+
+
+def test_the_loop_learns_the_counter_and_a_cancel_from_the_write(run, django_assert_num_queries):
+    record = Recorder(run, LEASE)
+    with django_assert_num_queries(1):
+        assert record.progress() == (0, False)  # nothing written yet: read
+    Run.objects.filter(pk=run.pk).update(cancel_requested=True)  # while the turn ran
+    record.step(turn=1, kind=Step.Kind.THOUGHT, thought="x")
+    with django_assert_num_queries(0):
+        assert record.progress() == (1, True)
+    with django_assert_num_queries(1):
+        assert record.progress() == (1, True)  # no write since: read again
+
+
+def test_an_unknown_field_is_refused_before_anything_is_written(run):
+    with pytest.raises(TypeError):
+        Recorder(run, LEASE).step(turn=1, kind=Step.Kind.THOUGHT, mood="cheerful")
+    run.refresh_from_db()
+    assert run.step_count == 0
+
+
+def test_an_overlong_value_is_refused_not_cut(run):
+    from django.db import DataError, transaction
+
+    with pytest.raises(DataError), transaction.atomic():
+        Recorder(run, LEASE).step(turn=1, kind=Step.Kind.TOOL_CALL, error_class="E" * 101)
+    run.refresh_from_db()
+    assert run.step_count == 0 and not run.steps.exists()
+
+
+EMBEDDED_RUN = """
+import json, django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from feedback.agent.loop import execute_run
+from feedback.models import Run, StepAttempt, Task
+task = Task.objects.create(text="What is (17 * 23 + 4) / 5?", kind=Task.Kind.ARITHMETIC)
+run = Run.objects.create(task=task, task_kind=task.kind)
+execute_run(run.pk)
+run.refresh_from_db()
+print(json.dumps({
+    "status": run.status, "output": run.final_output, "step_count": run.step_count,
+    "indices": list(run.steps.values_list("index", flat=True)),
+    "attempts": StepAttempt.objects.filter(step__run=run).count(),
+}))
+"""
+
+
+def test_a_run_completes_on_the_embedded_database(tmp_path):
+    # SQLite takes the step writes one statement at a time, in a transaction.
+    env = {"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "agentsite.settings", "VAR_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", EMBEDDED_RUN], cwd=settings.BASE_DIR, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["status"] == "succeeded" and seen["output"].endswith("= 79")
+    assert seen["indices"] == list(range(seen["step_count"])) and seen["step_count"] >= 2
+    assert seen["attempts"] >= 1
