@@ -182,15 +182,16 @@ def test_absurd_arguments_become_observations_not_crashes(db):
         _calls(("calculator", '{"expression": NaN}'), ("calculator", '{"expression": 1e999}'),
                ("calculator", deep), ("read_text_file", '{"path": "a\\u0000b"}'),
                ("calculator", '{"expression": "' + "9" * 300_000 + '"}'), ("calculator", "not json at all")),
-        LLMReply(content="Thought with a NUL \x00 inside, and a final answer."),
+        _calls(("read_text_file", '{"path": "\\ud800.txt"}')),  # a lone surrogate once decoded
+        LLMReply(content="Thought with a NUL \x00 and a lone surrogate \ud800 inside, and a final answer."),
     ])  # fmt: skip
     run = make_run(text="Compute")
     execute_run(run.pk, model=model)
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED, run.error
     calls = list(run.steps.filter(kind=Step.Kind.TOOL_CALL).order_by("index"))
-    assert len(calls) == 6 and not any(s.success for s in calls)
-    assert "\x00" not in run.final_output
+    assert len(calls) == 7 and not any(s.success for s in calls)
+    assert "\x00" not in run.final_output and "\ud800" not in run.final_output and "\ufffd" in run.final_output
 
 
 def test_prompt_injection_in_a_tool_result_bypasses_no_confirmation_or_permission(settings, reviewer):

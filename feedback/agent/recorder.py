@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import re
 import socket
 import threading
 import time
@@ -52,12 +53,18 @@ def drop_broken_connection() -> None:
         connection.close()
 
 
+# Lone UTF-16 surrogates ("\ud800" in a JSON string decodes to one) cannot be encoded as UTF-8.
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
 def storable(value: Any) -> Any:
     """``value`` as PostgreSQL can store it and privacy allows: masked, without the NUL
-    characters text and jsonb columns refuse, without NaN or infinite numbers jsonb refuses.
+    characters text and jsonb columns refuse, without lone surrogates UTF-8 cannot encode,
+    without NaN or infinite numbers jsonb refuses.
     Model output and tool results are hostile input: none of this may crash a run."""
     if isinstance(value, str):
-        return mask_text(value).replace("\x00", "\ufffd")
+        value = mask_text(value).replace("\x00", "\ufffd")
+        return value if value.isascii() else _SURROGATES.sub("\ufffd", value)
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
