@@ -112,6 +112,8 @@ PAGE_CACHE_SECONDS = env.int("PAGE_CACHE_SECONDS", default=5)
 SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 
 # --- Auth ------------------------------------------------------------------------------------
+# Django's backend, with the signed-in user read from the cache (feedback/auth.py).
+AUTHENTICATION_BACKENDS = ["feedback.auth.CachedUserBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {

@@ -7,7 +7,7 @@ class FeedbackConfig(AppConfig):
     verbose_name = "Agent feedback loop"
 
     def ready(self) -> None:
-        from feedback import roles
+        from feedback import auth, roles  # noqa: F401 (auth: its signal receivers)
 
         post_migrate.connect(roles.ensure_groups, sender=self)
         post_migrate.connect(_ensure_tool_settings, sender=self)

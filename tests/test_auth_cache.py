@@ -1,0 +1,51 @@
+"""The signed-in user is read from the cache, and a change to the user row is seen at once."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.urls import reverse
+
+from feedback.auth import forget_user
+
+pytestmark = pytest.mark.django_db
+RUN_LIST = reverse("feedback-run-list")
+
+
+def _signed_in_as(client) -> str | None:
+    response = client.get(RUN_LIST)
+    return response.context["user"].get_username() if response.status_code == 200 else None
+
+
+def test_the_user_is_read_from_the_cache_after_the_first_request(client, operator):
+    client.force_login(operator)
+    client.get(RUN_LIST)
+    # A bulk update sends no signal: the cached user is still the one served...
+    get_user_model().objects.filter(pk=operator.pk).update(username="renamed-behind-the-cache")
+    assert _signed_in_as(client) == "operator"
+    # ...until the entry is dropped.
+    forget_user(operator.pk)
+    assert _signed_in_as(client) == "renamed-behind-the-cache"
+
+
+def test_a_deactivated_user_is_signed_out_at_the_next_request(client, operator):
+    client.force_login(operator)
+    assert _signed_in_as(client) == "operator"
+    operator.is_active = False
+    operator.save()
+    response = client.get(RUN_LIST)
+    assert response.status_code == 302 and reverse("login") in response["Location"]
+
+
+def test_a_password_change_ends_the_other_sessions_at_once(client, operator):
+    client.force_login(operator)
+    assert _signed_in_as(client) == "operator"
+    operator.set_password("a-new-long-password")
+    operator.save()
+    response = client.get(RUN_LIST)
+    assert response.status_code == 302 and reverse("login") in response["Location"]
+
+
+def test_a_deleted_user_is_signed_out(client, operator):
+    client.force_login(operator)
+    assert _signed_in_as(client) == "operator"
+    operator.delete()
+    assert client.get(RUN_LIST).status_code == 302
