@@ -26,19 +26,19 @@ def test_the_user_is_read_from_the_cache_after_the_first_request(client, operato
     assert _signed_in_as(client) == "renamed-behind-the-cache"
 
 
-def test_a_deactivated_user_is_signed_out_at_the_next_request(client, operator):
-    client.force_login(operator)
-    assert _signed_in_as(client) == "operator"
-    operator.is_active = False
-    operator.save()
-    response = client.get(RUN_LIST)
-    assert response.status_code == 302 and reverse("login") in response["Location"]
+def _deactivate(user) -> None:
+    user.is_active = False
 
 
-def test_a_password_change_ends_the_other_sessions_at_once(client, operator):
+def _new_password(user) -> None:
+    user.set_password("a-new-long-password")
+
+
+@pytest.mark.parametrize("change", [_deactivate, _new_password], ids=["deactivated", "new password"])
+def test_a_change_to_the_user_signs_them_out_at_the_next_request(client, operator, change):
     client.force_login(operator)
     assert _signed_in_as(client) == "operator"
-    operator.set_password("a-new-long-password")
+    change(operator)
     operator.save()
     response = client.get(RUN_LIST)
     assert response.status_code == 302 and reverse("login") in response["Location"]
