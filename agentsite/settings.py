@@ -104,6 +104,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 CACHES = {"default": env.cache("CACHE_URL", default=f"filecache://{VAR_DIR / 'cache'}")}
 if CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache":
     CACHES["default"]["BACKEND"] = "agentsite.cache.RedisCache"  # one client per pool: see there
+# Rendered trace steps (they never change once written), per process: no round trip per step.
+CACHES["fragments"] = {
+    "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+    "LOCATION": "trace-steps",
+    "OPTIONS": {"MAX_ENTRIES": 20_000},
+}
 # The run list, traces of ended runs and the metrics are served from the cache for this long
 # (feedback/pagecache.py); a person's own changes show at once. 0 turns the page cache off.
 PAGE_CACHE_SECONDS = env.int("PAGE_CACHE_SECONDS", default=5)

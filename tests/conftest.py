@@ -22,9 +22,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.fixture(autouse=True)
 def _fresh_cache():
     # Breakers and tool results live in the shared cache: no test may see another's.
-    from django.core.cache import cache
+    from django.core.cache import cache, caches
 
     cache.clear()
+    caches["fragments"].clear()
 
 
 @pytest.fixture(autouse=True)

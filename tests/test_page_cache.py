@@ -156,3 +156,16 @@ def test_a_trace_another_user_has_cached_is_still_refused(client, operator, staf
     client.force_login(staff)
     client.get(url)
     assert client.get(url).status_code == 403
+
+
+def test_a_trace_step_is_rendered_once_for_every_reader(client, operator, reviewer):
+    run = make_finished_run(text="Ended", finished_at=timezone.now() - timedelta(hours=1))
+    Step.objects.create(run=run, index=0, kind=Step.Kind.THOUGHT, thought="Written once")
+    url = reverse("feedback-run-detail", args=[run.pk])
+    client.force_login(operator)
+    assert "Written once" in client.get(url).content.decode()
+    # Steps are never changed once written; were one changed behind the page's back, every
+    # reader (another user, no page cache entry) would still get the HTML rendered at first.
+    Step.objects.filter(run=run).update(thought="Changed behind the page's back")
+    client.force_login(reviewer)
+    assert "Written once" in client.get(url).content.decode()
