@@ -20,8 +20,9 @@ What the figures include:
 
 - **history**: `generate_history` (COPY, seed 7, one year) plus the rollups and VACUUM ANALYZE.
 - **loop**: best of 3 runs after a warm-up, in one process: claim, lease, heartbeat thread,
-  tool invoker (JSON Schema, breaker in Redis), each step committed under the lease, run end
-  (which queues the evaluation). Baseline: one committed single-row INSERT of a step (raw SQL).
+  tool invoker (JSON Schema, breaker in Redis), each step committed under the lease (on
+  PostgreSQL one call of the `feedback_write_step` function: the step, its attempts and the
+  run's counter), run end (which queues the evaluation). Baseline: one committed single-row INSERT of a step (raw SQL).
   The peer: LangGraph's `create_react_agent` with `PostgresSaver`, same model stand-in and tool.
 - **worker**: one `celery worker --pool threads` process on the Redis broker. Runs per second
   include each run's evaluation task (queued when the run ends, taken by the same worker).
@@ -34,8 +35,12 @@ What the figures include:
   more are cached for 5 minutes; the run list pages by keyset, with no COUNT. Pages are served
   from the page cache (`feedback/pagecache.py`, the default `PAGE_CACHE_SECONDS=5`: an entry
   per user, browser and URL, rendered again every 5 s during the load while the other clients
-  wait for that one render). The "first render" rows are one request with no entry, one client:
-  what a page costs when its data just changed, or with the page cache off.
+  are served the entry); sessions and the signed-in user come from the cache too. The trace
+  benchmarked is the generated history's newest run, which is still *running*: its page is
+  live, so it is rendered again every second (`LIVE_PAGE_CACHE_SECONDS`), its steps' HTML
+  reused. The cache is emptied before the first page; the "first render" rows are one request
+  with no entry, one client: what a page costs when its data just changed, or with the page
+  cache off.
 - **mining**: `feedback.strategies.mining.mine(window_days)` (every pattern kind, in SQL), over
   the last 36 days and over the whole year; baseline: one pass over the window's error steps.
 
