@@ -51,8 +51,9 @@ NO_SCORE = -1.0
 @dataclass
 class RunPage:
     runs: list[Run]
-    # The cursor of the page after this one, "" on the last page.
+    # The cursors of the pages after and before this one, "" where there is none.
     next_cursor: str
+    previous_cursor: str = ""
 
 
 def search_runs(runs: QuerySet[Run], text: str) -> QuerySet[Run]:
@@ -119,23 +120,43 @@ def _parse_cursor(cursor: str, field: str) -> tuple[object, int] | None:
         return None  # a mangled cursor shows the first page rather than an error
 
 
-def run_page(runs: QuerySet[Run], *, sort: str = "newest", cursor: str = "", size: int = 50) -> RunPage:
+def run_page(
+    runs: QuerySet[Run], *, sort: str = "newest", cursor: str = "", before: str = "", size: int = 50
+) -> RunPage:
     """One page of the run list by keyset on (sort value, id): each page costs the same however
-    deep it is, unlike OFFSET, which reads and throws away every row before it."""
+    deep it is, unlike OFFSET, which reads and throws away every row before it. ``cursor``: the
+    page after that row; ``before``: the page before that row (read backwards, then turned)."""
     field, descending = RUN_SORTS.get(sort, RUN_SORTS["newest"])
     runs = runs.annotate(sort_score=Coalesce("score", Value(NO_SCORE))) if field == "sort_score" else runs
-    position = _parse_cursor(cursor, field) if cursor else None
+    backwards = bool(before) and not cursor
+    position = _parse_cursor(before if backwards else cursor, field) if (cursor or before) else None
+    if position is None:
+        backwards = False
+    # Reading backwards is reading forwards in the opposite order.
+    forward = descending != backwards
     if position:
         value, pk = position
-        before = "lt" if descending else "gt"
-        runs = runs.filter(Q(**{f"{field}__{before}": value}) | Q(**{field: value, f"id__{before}": pk}))
-    prefix = "-" if descending else ""
+        op = "lt" if forward else "gt"
+        runs = runs.filter(Q(**{f"{field}__{op}": value}) | Q(**{field: value, f"id__{op}": pk}))
+    prefix = "-" if forward else ""
     rows = list(runs.order_by(f"{prefix}{field}", f"{prefix}id")[: size + 1])
-    next_cursor = ""
-    if len(rows) > size:
-        rows = rows[:size]
-        next_cursor = f"{_cursor_value(rows[-1], field)}_{rows[-1].pk}"
-    return RunPage(runs=rows, next_cursor=next_cursor)
+    more = len(rows) > size
+    rows = rows[:size]
+    if backwards:
+        rows.reverse()
+
+    def key(run: Run) -> str:
+        return f"{_cursor_value(run, field)}_{run.pk}"
+
+    # Read backwards, we came from the page after this one; read forwards from a cursor, from
+    # the page before.
+    later = (more and not backwards) or (backwards and bool(rows))
+    earlier = (more and backwards) or (position is not None and not backwards and bool(rows))
+    return RunPage(
+        runs=rows,
+        next_cursor=key(rows[-1]) if later else "",
+        previous_cursor=key(rows[0]) if earlier else "",
+    )
 
 
 def run_steps(run: Run) -> QuerySet[Step]:

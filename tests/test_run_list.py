@@ -90,17 +90,26 @@ def test_keyset_pages_walk_the_whole_list_in_bounded_queries(client, operator, d
     )
     client.force_login(operator)
     for sort in ("newest", "oldest", "score"):
-        seen, url, params = [], URL, {"sort": sort, "kind": "general"}
+        pages, url, params = [], URL, {"sort": sort, "kind": "general"}
         while True:
             with django_assert_max_num_queries(10):
                 response = client.get(url, params)
-            page = response.context["page"]
-            seen += [r.pk for r in page.runs]
+            pages.append([r.pk for r in response.context["page"].runs])
+            assert bool(response.context["previous_url"]) == (len(pages) > 1)
             if not response.context["next_url"]:
                 break
             url, params = URL + response.context["next_url"], None
             assert "kind=general" in url and "sort=" + sort in url  # filters survive paging
+        seen = [pk for page in pages for pk in page]
         assert len(seen) == 120 and len(set(seen)) == 120
+        # And back again, page by page, to the first: the same pages, the first without a way back.
+        for expected in reversed(pages[:-1]):
+            url = URL + response.context["previous_url"]
+            assert "kind=general" in url and "sort=" + sort in url
+            response = client.get(url)
+            assert [r.pk for r in response.context["page"].runs] == expected
+            assert response.context["next_url"]
+        assert not response.context["previous_url"]
 
 
 def test_html_in_a_task_is_text_in_the_list(client, operator):

@@ -41,13 +41,16 @@ def run_list(request: HttpRequest) -> HttpResponse:
         filters = {k: v for k, v in form.cleaned_data.items() if k not in form.errors}
     runs = selectors.filter_runs(selectors.run_list(request.user), filters)
     sort = filters.get("sort") or "newest"
-    page = selectors.run_page(runs, sort=sort, cursor=request.GET.get("after", ""), size=RUNS_PER_PAGE)
+    page = selectors.run_page(
+        runs, sort=sort, cursor=request.GET.get("after", ""), before=request.GET.get("before", ""), size=RUNS_PER_PAGE
+    )
     template = "feedback/run_list.html"
     if request.htmx:
         template += "#run-table"
     # The next page's link keeps every filter: the URL is the whole state of the list.
     query = request.GET.copy()
     query.pop("after", None)
+    query.pop("before", None)
     context = {
         "form": form,
         "page": page,
@@ -56,7 +59,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "advanced": any(filters.get(k) not in (None, "") for k in ADVANCED_FILTERS) or bool(form.errors),
         "first_url": f"?{query.urlencode()}" if query else "?",
         "next_url": f"?{_with(query, after=page.next_cursor)}" if page.next_cursor else "",
-        "is_later_page": bool(request.GET.get("after")),
+        "previous_url": f"?{_with(query, before=page.previous_cursor)}" if page.previous_cursor else "",
     }
     return render(request, template, context)
 
