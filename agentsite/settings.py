@@ -110,8 +110,8 @@ CACHES["fragments"] = {
     "LOCATION": "trace-steps",
     "OPTIONS": {"MAX_ENTRIES": 20_000},
 }
-# The run list, traces of ended runs and the metrics are served from the cache for this long
-# (feedback/pagecache.py); a person's own changes show at once. 0 turns the page cache off.
+# The run list, run pages and the metrics are served from the cache for this long (an active
+# run's page for 1 s; feedback/pagecache.py); a person's own changes show at once. 0: off.
 PAGE_CACHE_SECONDS = env.int("PAGE_CACHE_SECONDS", default=5)
 # Sessions are read from the cache on every page (and kept in the database too, so a cache
 # restart logs nobody out).

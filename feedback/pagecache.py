@@ -18,6 +18,7 @@ import hashlib
 import time
 from collections.abc import Callable, Hashable
 from functools import wraps
+from typing import Any
 
 from django.conf import settings
 from django.contrib.messages.storage.cookie import CookieStorage
@@ -90,6 +91,20 @@ def _render_and_store(key: str, version: int, seconds: float, render: Render) ->
     return response
 
 
+def wait_for_result(key: str, lock: str, *, accept: Callable[[Any], bool], seconds: float) -> Any | None:
+    """What another request, holding ``lock``, stores under ``key`` (if ``accept`` takes it);
+    None if it gave up without storing one, or took longer than ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(WAIT_STEP_SECONDS)
+        value = cache.get(key)
+        if value is not None and accept(value):
+            return value
+        if cache.get(lock) is None:
+            return None  # the other request ended without storing (an error, say)
+    return None
+
+
 def cached(
     request: HttpRequest, name: str, render: Render, *, vary: tuple[Hashable, ...] = (), seconds: float | None = None
 ) -> HttpResponse:
@@ -107,28 +122,19 @@ def cached(
     found = cache.get_many([VERSION_KEY, key])
     version = found.get(VERSION_KEY, 0)
     entry: Entry | None = found.get(key)
-    if entry is not None and entry[0] == version:
-        if entry[1] > time.time() or not cache.add(lock, 1, timeout=RENDER_LOCK_SECONDS):
-            return _response(entry)  # fresh, or aged while another request renders it again
-        try:
-            return _render_and_store(key, version, seconds, render)
-        finally:
-            cache.delete(lock)
+    current = entry is not None and entry[0] == version
+    if current and entry[1] > time.time():
+        return _response(entry)
     if cache.add(lock, 1, timeout=RENDER_LOCK_SECONDS):
         try:
             return _render_and_store(key, version, seconds, render)
         finally:
             cache.delete(lock)
+    if current:
+        return _response(entry)  # aged, and another request is rendering it again meanwhile
     # Nothing to serve yet and another request is rendering this page: wait for its result.
-    deadline = time.monotonic() + RENDER_LOCK_SECONDS
-    while time.monotonic() < deadline:
-        time.sleep(WAIT_STEP_SECONDS)
-        entry = cache.get(key)
-        if entry is not None and entry[0] == version:
-            return _response(entry)
-        if cache.get(lock) is None:
-            break  # the other render ended without storing (an error, say)
-    return render()
+    entry = wait_for_result(key, lock, accept=lambda e: e[0] == version, seconds=RENDER_LOCK_SECONDS)
+    return _response(entry) if entry is not None else render()
 
 
 def cached_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

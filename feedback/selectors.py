@@ -128,10 +128,8 @@ def run_page(
     page after that row; ``before``: the page before that row (read backwards, then turned)."""
     field, descending = RUN_SORTS.get(sort, RUN_SORTS["newest"])
     runs = runs.annotate(sort_score=Coalesce("score", Value(NO_SCORE))) if field == "sort_score" else runs
-    backwards = bool(before) and not cursor
-    position = _parse_cursor(before if backwards else cursor, field) if (cursor or before) else None
-    if position is None:
-        backwards = False
+    position = _parse_cursor(cursor or before, field) if (cursor or before) else None
+    backwards = position is not None and not cursor
     # Reading backwards is reading forwards in the opposite order.
     forward = descending != backwards
     if position:
@@ -221,6 +219,10 @@ def run_applied_strategies(run: Run) -> QuerySet[AppliedStrategy]:
     return run.applied_strategies.select_related("strategy_version__strategy").order_by("id")
 
 
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
 def step_as_dict(step: Step) -> dict:
     """A step as the JSON download and "copy as JSON" give it (attempts must be prefetched)."""
     return {
@@ -239,8 +241,8 @@ def step_as_dict(step: Step) -> dict:
         "cached": step.cached,
         "stale": step.stale,
         "served_by": step.served_by,
-        "started_at": step.started_at.isoformat() if step.started_at else None,
-        "finished_at": step.finished_at.isoformat() if step.finished_at else None,
+        "started_at": _iso(step.started_at),
+        "finished_at": _iso(step.finished_at),
         "duration_ms": step.duration_ms,
         "tokens_in": step.tokens_in,
         "tokens_out": step.tokens_out,
@@ -270,8 +272,8 @@ def run_as_dict(run: Run) -> dict:
         "parent_step_id": run.parent_step_id,
         "status": run.status,
         "created_at": run.created_at.isoformat(),
-        "started_at": run.started_at.isoformat() if run.started_at else None,
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
         "llm_backend": run.llm_backend,
         "model_name": run.model_name,
         "system_prompt": run.system_prompt,

@@ -1,3 +1,5 @@
+from datetime import datetime
+
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
@@ -18,15 +20,18 @@ QUEUE_PER_PAGE = 25
 EVALUATION_WAIT_SECONDS = 120
 
 
+def recently_ended(finished_at: datetime | None) -> bool:
+    """Whether a run that ended then may still be waiting for its evaluation."""
+    return finished_at is not None and (timezone.now() - finished_at).total_seconds() < EVALUATION_WAIT_SECONDS
+
+
 def evaluation_context(request: HttpRequest, run: Run, form: HumanScoreForm | None = None) -> dict:
     """What the run page's evaluation section needs (shared by the page and its partial)."""
     evaluations = list(selectors.run_evaluations(run))
-    ended_ago = (timezone.now() - run.finished_at).total_seconds() if run.finished_at else None
-    recently_ended = ended_ago is not None and ended_ago < EVALUATION_WAIT_SECONDS
     return {
         "run": run,
         "evaluations": evaluations,
-        "evaluation_pending": not evaluations and (run.is_active or recently_ended),
+        "evaluation_pending": not evaluations and (run.is_active or recently_ended(run.finished_at)),
         "can_score": request.user.has_perm("feedback.score_run"),
         "score_form": form or HumanScoreForm(),
     }

@@ -1,5 +1,3 @@
-import time
-
 from django.contrib.auth.decorators import permission_required
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
@@ -20,20 +18,16 @@ def _cached_tool_stats(window: metrics.Window, key: str) -> list[dict]:
     tools = cache.get(key)
     if tools is not None:
         return tools
-    if cache.add(f"{key}:computing", 1, timeout=TOOL_STATS_LOCK_SECONDS):
+    lock = f"{key}:computing"
+    if cache.add(lock, 1, timeout=TOOL_STATS_LOCK_SECONDS):
         try:
             tools = metrics.tool_stats(window)
             cache.set(key, tools, TOOL_STATS_CACHE_SECONDS)
             return tools
         finally:
-            cache.delete(f"{key}:computing")
-    deadline = time.monotonic() + TOOL_STATS_LOCK_SECONDS
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
-        tools = cache.get(key)
-        if tools is not None:
-            return tools
-    return metrics.tool_stats(window)  # the computing request died: do it here
+            cache.delete(lock)
+    tools = pagecache.wait_for_result(key, lock, accept=lambda _: True, seconds=TOOL_STATS_LOCK_SECONDS)
+    return tools if tools is not None else metrics.tool_stats(window)  # the computing request died
 
 
 def _chart_data(scores: list[dict], errors: list[dict], interventions: list[dict], tools: list[dict]) -> dict:

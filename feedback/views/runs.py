@@ -4,7 +4,6 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
@@ -96,11 +95,9 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 def _live(*, status: str, finished_at: datetime | None) -> bool:
     """Whether the run's page changes by the second (its waterfall's scale, its duration): the
     run goes on, or it ended a moment ago and its evaluation may be on its way."""
-    from .evaluation import EVALUATION_WAIT_SECONDS
+    from .evaluation import recently_ended
 
-    if status in Run.ACTIVE_STATUSES or finished_at is None:
-        return True
-    return (timezone.now() - finished_at).total_seconds() < EVALUATION_WAIT_SECONDS
+    return status in Run.ACTIVE_STATUSES or finished_at is None or recently_ended(finished_at)
 
 
 def _run_detail(request: HttpRequest, run: Run) -> HttpResponse:
