@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.cache import cache
 
+from agentsite.cache import forget_tracked, read_tracked
+
 
 @dataclass(frozen=True)
 class BreakerState:
@@ -44,14 +46,12 @@ class CircuitBreaker:
         self._open_key = f"breaker:{name}:open-until"
 
     def read(self) -> BreakerState:
-        read = getattr(cache, "get_many_tracked", None) or cache.get_many  # tracked on Redis only
-        found = read([self._failures_key, self._open_key])
+        found = read_tracked(cache, [self._failures_key, self._open_key])
         return BreakerState(found.get(self._failures_key, 0), found.get(self._open_key))
 
     def _changed(self) -> None:
         # Redis's invalidation of this process's copy may arrive just after the write's reply.
-        if forget := getattr(cache, "forget_tracked", None):
-            forget([self._failures_key, self._open_key])
+        forget_tracked(cache, [self._failures_key, self._open_key])
 
     def is_open(self) -> bool:
         return self.read().open
