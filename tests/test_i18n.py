@@ -31,3 +31,23 @@ def test_every_message_has_a_chinese_translation():
     # The header is the one entry with an empty msgid and msgstr.
     assert po.count('\nmsgstr ""\n"') == 1 and 'msgstr ""\n\n' not in po and "#, fuzzy" not in po
     assert (Path(__file__).parent.parent / "locale/zh_Hans/LC_MESSAGES/django.mo").exists()
+
+
+def test_the_metrics_charts_are_labelled_in_the_page_language(client, reviewer):
+    import json
+    import re
+
+    from django.conf import settings
+
+    client.force_login(reviewer)
+
+    def chart_text() -> dict:
+        html = client.get(reverse("feedback-metrics")).content.decode()
+        found = re.search(r'<script id="metrics-data" type="application/json">(.*?)</script>', html, re.S)
+        return json.loads(found.group(1))["text"]
+
+    assert chart_text()["intervention_rate"] == "Human-intervention rate (%)"
+    client.cookies[settings.LANGUAGE_COOKIE_NAME] = "zh-hans"
+    text = chart_text()
+    assert text["intervention_rate"] == "人工干预率（%）"
+    assert text["p95"] == "p95（毫秒，估算）" and text["ms"] == "毫秒"

@@ -1,6 +1,7 @@
 from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils.translation import gettext as _
 
 from feedback import metrics, pagecache
 from feedback.forms import MetricsFilterForm
@@ -20,6 +21,17 @@ def _chart_data(scores: list[dict], errors: list[dict], interventions: list[dict
             "p50_ms": [row["p50_ms"] for row in tools],
             "p95_ms": [row["p95_ms"] for row in tools],
             "success_rate": [row["success_rate"] for row in tools],
+        },
+        # The charts' legends and axes, in the page's language.
+        "text": {
+            "avg_score": _("Average score"),
+            "success_rate": _("Success rate (%)"),
+            "repeated_rate": _("Repeated-error rate (%)"),
+            "repeated_per_run": _("Repeated errors per run"),
+            "intervention_rate": _("Human-intervention rate (%)"),
+            "p50": _("p50 (ms, estimate)"),
+            "p95": _("p95 (ms, estimate)"),
+            "ms": _("ms"),
         },
     }
 

@@ -31,15 +31,15 @@
   }
 
   line("chart-score", [
-    { label: "Average score", values: data.avg_score, axis: "y2" },
-    { label: "Success rate (%)", values: percent(data.success_rate) },
+    { label: data.text.avg_score, values: data.avg_score, axis: "y2" },
+    { label: data.text.success_rate, values: percent(data.success_rate) },
   ], "%", 100);
   line("chart-repeated", [
-    { label: "Repeated-error rate (%)", values: percent(data.repeated_rate) },
-    { label: "Repeated errors per run", values: data.repeated_per_run, axis: "y2" },
+    { label: data.text.repeated_rate, values: percent(data.repeated_rate) },
+    { label: data.text.repeated_per_run, values: data.repeated_per_run, axis: "y2" },
   ], "%", 100);
   line("chart-intervention", [
-    { label: "Human-intervention rate (%)", values: percent(data.intervention_rate) },
+    { label: data.text.intervention_rate, values: percent(data.intervention_rate) },
   ], "%", 100);
 
   const tools = document.getElementById("chart-tools");
@@ -49,11 +49,11 @@
       data: {
         labels: data.tools.names,
         datasets: [
-          { label: "p50 (ms)", data: data.tools.p50_ms, backgroundColor: colours[0] },
-          { label: "p95 (ms)", data: data.tools.p95_ms, backgroundColor: colours[3] },
+          { label: data.text.p50, data: data.tools.p50_ms, backgroundColor: colours[0] },
+          { label: data.text.p95, data: data.tools.p95_ms, backgroundColor: colours[3] },
         ],
       },
-      options: { maintainAspectRatio: false, animation: false, scales: { y: { beginAtZero: true, title: { display: true, text: "ms" } } } },
+      options: { maintainAspectRatio: false, animation: false, scales: { y: { beginAtZero: true, title: { display: true, text: data.text.ms } } } },
     });
   }
   // The browser test reads this to know the charts exist.
