@@ -31,8 +31,9 @@ What the figures include:
 - **dashboard**: gunicorn (2 workers x 4 threads, DEBUG off, hashed static files), `wrk` with
   20 connections for 10 s per page after 1 s of warm-up, logged in as an operator; the load
   generator shares the 2 cores with gunicorn and PostgreSQL. The trace page renders its first
-  100 steps (later ones load as the operator scrolls); per-tool stats of windows of 90 days or
-  more are cached for 5 minutes; the run list pages by keyset, with no COUNT. Pages are served
+  100 steps (later ones load as the operator scrolls); the metrics page reads daily rollups
+  (per-tool stats included, since `DailyToolStats`) and counts only the partial day at a
+  window's edge live; the run list pages by keyset, with no COUNT. Pages are served
   from the page cache (`feedback/pagecache.py`, the default `PAGE_CACHE_SECONDS=5`: an entry
   per user, browser and URL, rendered again every 5 s during the load while the other clients
   are served the entry); sessions and the signed-in user come from the cache too. The trace

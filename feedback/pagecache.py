@@ -36,6 +36,8 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import conditional_escape
 from django.utils.safestring import SafeString, mark_safe
 
+from agentsite.cache import forget_tracked, read_tracked
+
 logger = logging.getLogger(__name__)
 
 VERSION_KEY = "page-cache:version"
@@ -62,6 +64,7 @@ def bump_version() -> None:
         cache.incr(VERSION_KEY)
     except ValueError:  # evicted between add and incr: any new value invalidates
         cache.set(VERSION_KEY, time.time_ns(), timeout=None)
+    forget_tracked(cache, [VERSION_KEY])
 
 
 def _pending_messages(request: HttpRequest) -> bool:
@@ -103,6 +106,7 @@ def _render_and_store(key: str, version: int, seconds: float, render: Render) ->
     if response.status_code == 200 and not response.streaming and not response.cookies:
         entry = (version, time.time() + seconds, response.content, dict(response.headers))
         cache.set(key, entry, int(seconds) + STALE_GRACE_SECONDS)
+        forget_tracked(cache, [key])
     return response
 
 
@@ -174,7 +178,9 @@ def _cached(
     if key is None or _pending_messages(request):
         return render()
     lock = f"{key}:rendering"
-    found = cache.get_many([VERSION_KEY, key])
+    # From this process's memory while Redis reports neither changed (agentsite/cache.py): a
+    # page served again costs no transfer of its entry.
+    found = read_tracked(cache, [VERSION_KEY, key])
     version = found.get(VERSION_KEY, 0)
     entry: Entry | None = found.get(key)
     current = entry is not None and entry[0] == version

@@ -1,5 +1,6 @@
-"""Keeps the DailyRunStats rollups current: the counts of one (day, task kind) are recounted by
-the metric definitions' own queries (feedback.metrics) and written over the old row.
+"""Keeps the DailyRunStats and DailyToolStats rollups current: the counts of one (day, task
+kind), and of its tools, are recounted by the metric definitions' own queries (feedback.metrics)
+and written over the old rows.
 
 Recounting a whole day, rather than adding +1 here and -1 there, makes every refresh
 idempotent: a redelivered task, a run scored twice or a refresh racing another one all end with
@@ -8,12 +9,13 @@ the same, right numbers. A day holds a few thousand runs at most, so a recount i
 
 import zlib
 from datetime import date, datetime, timedelta
+from operator import itemgetter
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from feedback import metrics
-from feedback.models import DailyRunStats, Run
+from feedback.models import DailyRunStats, DailyToolStats, Run
 
 
 def _day_window(since_day: date, until_day: date, kind: str = "") -> metrics.Window:
@@ -37,8 +39,25 @@ def _counted(window: metrics.Window) -> list[DailyRunStats]:
     return list(found.values())
 
 
+def _counted_tools(window: metrics.Window) -> list[DailyToolStats]:
+    found: dict[tuple[date, str, str], dict] = {}
+    rows = metrics.tool_call_counts(window, by=("day", "task_kind", "tool_name"))
+    metrics.add_tool_counts(found, rows, key=itemgetter("day", "task_kind", "tool_name"))
+    return [
+        DailyToolStats(
+            day=day,
+            task_kind=kind,
+            tool_name=tool,
+            **{name: counts[name] for name in DailyToolStats.COUNTS},
+            latency={str(bucket): calls for bucket, calls in sorted(counts["latency"].items())},
+        )
+        for (day, kind, tool), counts in found.items()
+    ]
+
+
 def daily_stats_rebuild(*, since_day: date, until_day: date, kind: str = "") -> int:
-    """Recount every (day, kind) in ``[since_day, until_day)``; returns the rows written."""
+    """Recount every (day, kind) in ``[since_day, until_day)``, its runs and its tool calls;
+    returns the rows written."""
     window = _day_window(since_day, until_day, kind)
     with transaction.atomic():
         if connection.vendor == "postgresql":
@@ -46,11 +65,13 @@ def daily_stats_rebuild(*, since_day: date, until_day: date, kind: str = "") -> 
             for day in range((until_day - since_day).days):
                 key = zlib.crc32(f"daily-stats:{since_day + timedelta(days=day)}".encode())
                 connection.cursor().execute("SELECT pg_advisory_xact_lock(%s)", [key])
-        rows = _counted(window)
-        stale = DailyRunStats.objects.filter(day__gte=since_day, day__lt=until_day)
-        (stale.filter(task_kind=kind) if kind else stale).delete()
-        DailyRunStats.objects.bulk_create(rows, batch_size=1000)
-    return len(rows)
+        written = 0
+        for model, rows in ((DailyRunStats, _counted(window)), (DailyToolStats, _counted_tools(window))):
+            stale = model.objects.filter(day__gte=since_day, day__lt=until_day)
+            (stale.filter(task_kind=kind) if kind else stale).delete()
+            model.objects.bulk_create(rows, batch_size=1000)
+            written += len(rows)
+    return written
 
 
 def daily_stats_refresh_run(*, run_id: int) -> None:

@@ -11,7 +11,7 @@ from django.core.management import call_command
 
 from bench import dashboard, loop, mining, report, worker
 from bench.history import BENCH_PASSWORD
-from feedback.models import AppliedStrategy, DailyRunStats, Evaluation, Run, Step, Strategy
+from feedback.models import AppliedStrategy, DailyRunStats, DailyToolStats, Evaluation, Run, Step, Strategy
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
@@ -29,7 +29,7 @@ def test_the_generator_writes_a_realistic_history(history):
     assert Step.objects.exclude(error_signature="").exists()
     assert Evaluation.objects.exists() and AppliedStrategy.objects.exists()
     assert Strategy.objects.filter(status=Strategy.Status.TRIAL).exists()
-    assert DailyRunStats.objects.exists()
+    assert DailyRunStats.objects.exists() and DailyToolStats.objects.exists()
     # Deterministic: the same seed writes the same history again.
     first = list(Run.objects.order_by("id").values_list("status", "score", "step_count")[:60])
     call_command("generate_history", runs=60, long_run_steps=40, strategies=8, stdout=io.StringIO())

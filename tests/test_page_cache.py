@@ -295,3 +295,26 @@ def test_a_live_runs_elapsed_time_reads_as_an_ended_runs_in_each_language(
     for run in (live, ended):  # the live one's filled in by the view, the ended one's rendered
         html = client.get(reverse("feedback-run-detail", args=[run.pk]), headers={"Accept-Language": language})
         assert f'id="run-elapsed">{shown}<' in html.content.decode()
+
+
+def _mget_calls() -> int:
+    client = cache._cache.get_client(write=True)
+    return int(client.info("commandstats").get("cmdstat_mget", {}).get("calls", 0))
+
+
+def test_a_page_served_again_comes_from_memory_until_anything_changes_it(client, staff):
+    run = make_finished_run(user=staff, text="Old task text", finished_at=timezone.now() - timedelta(hours=1))
+    client.force_login(staff)
+    assert "Old task text" in _warm(client, RUN_LIST)
+    client.get(RUN_LIST)
+    before = _mget_calls()
+    for _ in range(5):
+        assert "Old task text" in client.get(RUN_LIST).content.decode()
+    # Neither the entry nor the version went over the wire again.
+    assert _mget_calls() == before
+    _rename(run, "New task text")
+    # A person's change in another process (its POST bumps the version there): Redis tells
+    # this process, whose next answer is rendered afresh.
+    other = cache._cache.get_client(write=True)
+    other.incr(cache.make_and_validate_key(pagecache.VERSION_KEY))
+    assert "New task text" in client.get(RUN_LIST).content.decode()

@@ -117,3 +117,73 @@ def test_html_in_a_task_is_text_in_the_list(client, operator):
     client.force_login(operator)
     html = client.get(URL).content.decode()
     assert "<script>alert" not in html and "&lt;script&gt;alert(&quot;x&quot;)" in html
+
+
+def _poll_url(html: str) -> str:
+    import re
+    from html import unescape
+
+    found = re.search(r'id="new-runs"[^>]*hx-get="([^"]+)"', html)
+    assert found, "the first page polls for new runs"
+    return URL + unescape(found.group(1))
+
+
+def test_the_first_page_says_how_many_runs_arrived_since_it_was_shown(client, operator, runs):
+    client.force_login(operator)
+    html = client.get(URL, {"kind": Task.Kind.EMAIL_TRIAGE}).content.decode()
+    poll = _poll_url(html)
+    assert "kind=email_triage" in poll
+    answer = client.get(poll, headers={"HX-Request": "true"}).content.decode()
+    assert 'id="new-runs"' in answer and "new run" not in answer
+    # One run of the filtered kind arrives, and one of another kind (not counted).
+    make_run(text="Triage the new mail", kind=Task.Kind.EMAIL_TRIAGE)
+    make_run(text="Another kind", kind=Task.Kind.GENERAL)
+    answer = client.get(poll, headers={"HX-Request": "true"}).content.decode()
+    assert "1 new run: show it" in answer
+    assert 'href="?kind=email_triage"' in answer  # the list itself, without the poll's question
+    for n in range(2):
+        make_run(text=f"More mail {n}", kind=Task.Kind.EMAIL_TRIAGE)
+    assert "3 new runs: show them" in client.get(poll, headers={"HX-Request": "true"}).content.decode()
+
+
+def test_new_runs_beyond_the_limit_say_more_than(client, operator, runs, monkeypatch):
+    from feedback import selectors
+
+    monkeypatch.setattr(selectors, "NEWER_RUNS_SHOWN", 2)
+    client.force_login(operator)
+    poll = _poll_url(client.get(URL).content.decode())
+    for n in range(3):
+        make_run(text=f"New {n}")
+    assert "More than 2 new runs: show them" in client.get(poll, headers={"HX-Request": "true"}).content.decode()
+
+
+def test_only_the_first_page_of_the_newest_first_polls(client, operator, runs):
+    client.force_login(operator)
+    assert 'id="new-runs"' not in client.get(URL, {"sort": "score"}).content.decode()
+    first = client.get(URL, {"sort": "newest"}).content.decode()
+    assert 'id="new-runs"' in first
+    cursor = f"{runs['c'].created_at.isoformat()}_{runs['c'].pk}"
+    assert 'id="new-runs"' not in client.get(URL, {"after": cursor}).content.decode()
+
+
+def test_an_empty_list_still_says_when_the_first_run_arrives(client, operator):
+    client.force_login(operator)
+    poll = _poll_url(client.get(URL).content.decode())
+    make_run(text="The very first")
+    assert "1 new run: show it" in client.get(poll, headers={"HX-Request": "true"}).content.decode()
+
+
+def test_a_mangled_poll_counts_nothing(client, operator, runs):
+    client.force_login(operator)
+    answer = client.get(URL, {"newer_than": "not-a-cursor"}, headers={"HX-Request": "true"})
+    assert answer.status_code == 200 and "new run" not in answer.content.decode()
+
+
+def test_the_new_runs_notice_is_translated(client, operator, runs):
+    from django.conf import settings
+
+    client.force_login(operator)
+    client.cookies[settings.LANGUAGE_COOKIE_NAME] = "zh-hans"
+    poll = _poll_url(client.get(URL).content.decode())
+    make_run(text="新任务")
+    assert "1 次新运行：显示" in client.get(poll, headers={"HX-Request": "true"}).content.decode()

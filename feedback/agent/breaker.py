@@ -4,9 +4,11 @@ Closed: calls go through and failures are counted. After ``failures`` consecutiv
 failures it opens for ``reset_seconds``: calls are refused without touching the failing
 service. Then one call is let through (half-open); success closes it, failure re-opens it.
 
-The invoker reads both keys in one round trip before a call (``read``) and clears them after a
-success only when that read (or the call itself) found something to clear: a healthy tool
-costs one cache read per call and no write.
+The invoker reads both keys before a call (``read``) and clears them after a success only when
+that read (or the call itself) found something to clear: a healthy tool costs one read per call
+and no write. On Redis that read is answered from memory while Redis reports no change to the
+keys (``get_many_tracked`` in agentsite/cache.py): a breaker opened by any worker is seen by
+the next call everywhere, without a round trip per call while nothing changes.
 """
 
 import time
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.cache import cache
+
+from agentsite.cache import forget_tracked, read_tracked
 
 
 @dataclass(frozen=True)
@@ -42,8 +46,12 @@ class CircuitBreaker:
         self._open_key = f"breaker:{name}:open-until"
 
     def read(self) -> BreakerState:
-        found = cache.get_many([self._failures_key, self._open_key])
+        found = read_tracked(cache, [self._failures_key, self._open_key])
         return BreakerState(found.get(self._failures_key, 0), found.get(self._open_key))
+
+    def _changed(self) -> None:
+        # Redis's invalidation of this process's copy may arrive just after the write's reply.
+        forget_tracked(cache, [self._failures_key, self._open_key])
 
     def is_open(self) -> bool:
         return self.read().open
@@ -52,10 +60,11 @@ class CircuitBreaker:
         return not self.is_open()
 
     def failures(self) -> int:
-        return cache.get(self._failures_key, 0)
+        return self.read().failures
 
     def record_success(self) -> None:
         cache.delete_many([self._failures_key, self._open_key])
+        self._changed()
 
     def record_failure(self) -> None:
         # add-then-incr is atomic on Redis and good enough on the file cache of one machine.
@@ -67,6 +76,7 @@ class CircuitBreaker:
             count = 1
         if count >= self.threshold:
             cache.set(self._open_key, time.time() + self.reset_seconds, timeout=int(self.reset_seconds) + 1)
+        self._changed()
 
     def state(self) -> str:
         seen = self.read()

@@ -128,9 +128,13 @@ class AgentLoop:
 
     # --- the loop -------------------------------------------------------------------------
     def execute(self) -> None:
+        # _prepare writes the system prompt before any step or confirmation exists: a run
+        # without one has neither, and its first turn needs no reads of them.
+        fresh = not self.run.system_prompt
         self._prepare()
-        self.record.steps = recorded_steps(self.run)
-        self._resume_confirmed_calls()
+        self.record.steps = [] if fresh else recorded_steps(self.run)
+        if not fresh:
+            self._resume_confirmed_calls()
         history = Conversation(self.run, self.record.steps)
         specs = [t.spec() for t in self.tools.values()]
         turn = self.record.steps[-1].turn if self.record.steps else 0

@@ -1,6 +1,6 @@
 from .evaluation import Evaluation, EvaluationProfile
 from .run import AppliedStrategy, Run
-from .stats import DailyRunStats
+from .stats import DailyRunStats, DailyToolStats
 from .step import Step, StepAttempt
 from .strategy import Strategy, StrategyEvent, StrategyVersion
 from .task import Task, Workspace
@@ -9,6 +9,7 @@ from .tool import ToolConfirmation, ToolSetting
 __all__ = [
     "AppliedStrategy",
     "DailyRunStats",
+    "DailyToolStats",
     "Evaluation",
     "EvaluationProfile",
     "Run",

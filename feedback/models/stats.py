@@ -41,3 +41,37 @@ class DailyRunStats(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.task_kind}: {self.runs} runs"
+
+
+class DailyToolStats(models.Model):
+    """Pre-aggregated tool calls of one day's runs of one task kind, per tool, so the per-tool
+    figures of a year read ~365 rows per kind and tool instead of every tool-call step.
+
+    A call belongs to the day of its run's ``created_at``, like DailyRunStats, and is counted
+    by the definitions in feedback/metrics.py (``tool_call_counts``), in the same recounts.
+    ``latency`` is a histogram of ``duration_ms``: {bucket: calls} with the buckets of
+    ``metrics.latency_bucket`` (each 5% wider than the one before). Histograms add up across
+    days and kinds, and the percentiles are estimated from them within 5%.
+    """
+
+    day = models.DateField()
+    task_kind = models.CharField(max_length=32, choices=Task.Kind.choices)
+    tool_name = models.CharField(max_length=100)
+    calls = models.PositiveIntegerField(default=0)
+    succeeded = models.PositiveIntegerField(default=0)
+    retries = models.PositiveIntegerField(default=0)
+    # The calls with a recorded duration, and the sum of their durations: the average's parts.
+    timed = models.PositiveIntegerField(default=0)
+    duration_sum = models.PositiveBigIntegerField(default=0)
+    latency = models.JSONField(default=dict)
+    refreshed_at = models.DateTimeField(auto_now=True)
+
+    COUNTS = ("calls", "succeeded", "retries", "timed", "duration_sum")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["day", "task_kind", "tool_name"], name="daily_tool_stats_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.task_kind} {self.tool_name}: {self.calls} calls"

@@ -18,7 +18,8 @@ class Step(models.Model):
         PASS = "pass", _("Pass")
         FAIL = "fail", _("Fail")
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    # No index of its own: the unique (run, index) constraint's index serves every lookup by run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
     index = models.PositiveIntegerField()
     # Steps from the same model reply share a turn; the conversation is rebuilt from them.
     turn = models.PositiveIntegerField(default=0)
@@ -76,7 +77,8 @@ _VALIDATION_LABELS = dict(Step.Validation.choices)
 class StepAttempt(models.Model):
     """One try of a tool call; a step retried three times has three attempts."""
 
-    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="attempt_rows")
+    # Indexed by the unique (step, number) constraint, as above.
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="attempt_rows", db_index=False)
     number = models.PositiveSmallIntegerField()
     started_at = models.DateTimeField()
     duration_ms = models.PositiveIntegerField()

@@ -1,33 +1,9 @@
 from django.contrib.auth.decorators import permission_required
-from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from feedback import metrics, pagecache
 from feedback.forms import MetricsFilterForm
-
-CACHED_TOOL_STATS_DAYS = 90
-TOOL_STATS_CACHE_SECONDS = 300
-TOOL_STATS_LOCK_SECONDS = 60
-
-
-def _cached_tool_stats(window: metrics.Window, key: str) -> list[dict]:
-    """The window's tool stats from the cache; on a miss one request computes them while the
-    others wait for its result, instead of twenty clients each starting the same seconds-long
-    scan at once (a stampede that made a cold year-long page time out under load)."""
-    tools = cache.get(key)
-    if tools is not None:
-        return tools
-    lock = f"{key}:computing"
-    if cache.add(lock, 1, timeout=TOOL_STATS_LOCK_SECONDS):
-        try:
-            tools = metrics.tool_stats(window)
-            cache.set(key, tools, TOOL_STATS_CACHE_SECONDS)
-            return tools
-        finally:
-            cache.delete(lock)
-    tools = pagecache.wait_for_result(key, lock, accept=lambda _: True, seconds=TOOL_STATS_LOCK_SECONDS)
-    return tools if tools is not None else metrics.tool_stats(window)  # the computing request died
 
 
 def _chart_data(scores: list[dict], errors: list[dict], interventions: list[dict], tools: list[dict]) -> dict:
@@ -64,13 +40,8 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
     scores = metrics.score_trend(window, counts)
     errors = metrics.repeated_error_trend(window, counts)
     interventions = metrics.intervention_trend(window, counts)
-    days = filters.get("days") or 30
-    if days >= CACHED_TOOL_STATS_DAYS:
-        # Exact per-tool percentiles scan every call of the window: millions of steps over a
-        # year, and a year's percentiles do not move in a few minutes.
-        tools = _cached_tool_stats(window, f"metrics-tool-stats:{days}:{window.kind}")
-    else:
-        tools = metrics.tool_stats(window)
+    # From the DailyToolStats rollups too (and the edges live): a year is ~days x tools rows.
+    tools = metrics.tool_stats(window)
     context = {
         "form": form,
         "window": window,

@@ -48,6 +48,10 @@ def run_list(request: HttpRequest) -> HttpResponse:
     if form.is_bound and not form.is_valid():
         filters = {k: v for k, v in form.cleaned_data.items() if k not in form.errors}
     runs = selectors.filter_runs(selectors.run_list(request.user), filters)
+    if request.htmx and "newer_than" in request.GET:
+        # The first page's poll: how many runs arrived since it was shown.
+        count = selectors.newer_runs(runs, than=request.GET["newer_than"])
+        return render(request, "feedback/run_list.html#new-runs", {"newer": _newer(request, count)})
     sort = filters.get("sort") or "newest"
     page = selectors.run_page(
         runs, sort=sort, cursor=request.GET.get("after", ""), before=request.GET.get("before", ""), size=RUNS_PER_PAGE
@@ -69,7 +73,28 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "next_url": f"?{_with(query, after=page.next_cursor)}" if page.next_cursor else "",
         "previous_url": f"?{_with(query, before=page.previous_cursor)}" if page.previous_cursor else "",
     }
+    if sort == "newest" and not (request.GET.get("after") or request.GET.get("before")):
+        # New runs land above the first page of the newest first: it says when there are some.
+        first = selectors.run_cursor(page.runs[0]) if page.runs else selectors.BEFORE_ALL_RUNS
+        context["newer"] = _newer(request, 0, poll=f"?{_with(query, newer_than=first)}")
     return render(request, template, context)
+
+
+def _newer(request: HttpRequest, count: int, *, poll: str = "") -> dict:
+    return {
+        "count": count,
+        "more": count > selectors.NEWER_RUNS_SHOWN,
+        "shown": min(count, selectors.NEWER_RUNS_SHOWN),
+        # The poll keeps asking with the same question; the list's own URL shows them.
+        "poll": poll or request.get_full_path(),
+        "show_url": _without(request.GET, "newer_than"),
+    }
+
+
+def _without(query: QueryDict, name: str) -> str:
+    query = query.copy()
+    query.pop(name, None)
+    return f"?{query.urlencode()}" if query else "?"
 
 
 def _with(query: QueryDict, **values: str) -> str:

@@ -102,6 +102,24 @@ def test_an_operator_filters_the_run_list_and_the_url_keeps_the_filters(page, li
     screenshot("run-list-filtered")
 
 
+def test_the_run_list_says_when_new_runs_arrive_and_shows_them_on_request(page, live_server, demo):
+    make_run(text="An older run", created_at=timezone.now() - timedelta(minutes=5))
+    log_in(page, live_server, "operator", demo["operator"])
+    page.get_by_role("link", name="Runs").click()
+    expect(page.locator("#run-table tbody tr")).to_have_count(1)
+    expect(page.locator("#new-runs")).to_have_text("")
+    make_run(text="A run that arrived while the list was open")
+    make_run(text="And another one")
+    # The first page polls every 5 s (through a page cache of 5 s here): the list itself stays
+    # still under the reader, the notice says what arrived.
+    notice = page.get_by_role("link", name="2 new runs: show them")
+    expect(notice).to_be_visible(timeout=20_000)
+    expect(page.locator("#run-table tbody tr")).to_have_count(1)
+    notice.click()
+    expect(page.locator("#run-table tbody tr")).to_have_count(3)
+    expect(page.locator("#run-table tbody tr").first).to_contain_text("And another one")
+
+
 def test_a_sub_agent_run_expands_in_place_and_long_traces_load_on_scroll(page, live_server, demo, screenshot):
     start = timezone.now() - timedelta(minutes=5)
     parent = make_run(text="Ask a helper for 6 * 7", status=Run.Status.SUCCEEDED, started_at=start,

@@ -1,4 +1,4 @@
-"""Recount the DailyRunStats rollups behind the metric trends, month by month."""
+"""Recount the daily rollups behind the metrics (DailyRunStats and DailyToolStats), month by month."""
 
 from datetime import date, timedelta
 
