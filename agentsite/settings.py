@@ -110,8 +110,9 @@ CACHES["fragments"] = {
     "LOCATION": "trace-steps",
     "OPTIONS": {"MAX_ENTRIES": 20_000},
 }
-# The run list, run pages and the metrics are served from the cache for this long (an active
-# run's page for 1 s; feedback/pagecache.py); a person's own changes show at once. 0: off.
+# The run list, run pages (live ones too: their clock is filled into each answer) and the metrics
+# are served from the cache for this long (a run that has just ended, for 1 s while its evaluation
+# may arrive; feedback/pagecache.py); a person's own changes show at once. 0: off.
 PAGE_CACHE_SECONDS = env.int("PAGE_CACHE_SECONDS", default=5)
 # Sessions are read from the cache on every page (and kept in the database too, so a cache
 # restart logs nobody out).

@@ -38,10 +38,10 @@ What the figures include:
   per user, browser and URL, rendered again every 5 s during the load while the other clients
   are served the entry); sessions and the signed-in user come from the cache too. The trace
   benchmarked is the generated history's newest run, which is still *running*: its page is
-  live, so it is rendered again every second (`LIVE_PAGE_CACHE_SECONDS`), its steps' HTML
-  reused. The cache is emptied before the first page; the "first render" rows are one request
-  with no entry, one client: what a page costs when its data just changed, or with the page
-  cache off.
+  stored like the others, its elapsed time and waterfall span put into each answer (they move
+  with the clock), its steps' HTML reused. The cache is emptied before the first page; the
+  "first render" rows are one request with no entry, one client: what a page costs when its
+  data just changed, or with the page cache off.
 - **mining**: `feedback.strategies.mining.mine(window_days)` (every pattern kind, in SQL), over
   the last 36 days and over the whole year; baseline: one pass over the window's error steps.
 

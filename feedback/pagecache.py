@@ -6,17 +6,25 @@ name, what their permissions allow and their CSRF token), one language, one URL 
 target, plus whatever the view adds (a run's trace adds the run's state, so a new step shows at
 once).
 
+What moves with the clock alone (a live run's elapsed time, the scale of its waterfall) is not
+stored: the page holds a ``placeholder`` there, and every response, from the cache or not, gets
+the value of the moment (``cached(..., fill=...)``). So a live run's page is stored like any
+other, however often its readers poll it.
+
 Freshness: any change a person makes through the site (a POST, PUT, PATCH or DELETE) bumps one
 version number that every entry is checked against, so one's own action shows at once; what the
-workers write shows within ``PAGE_CACHE_SECONDS`` (an active run's page: within
-``LIVE_PAGE_CACHE_SECONDS``, its poll interval). When an entry has aged past that, one request
-renders the page again while the others are still served the entry (stale by at most that one
-render), so a busy page never makes its readers queue behind a render.
+workers write shows within ``PAGE_CACHE_SECONDS`` (the page of a run that ended a moment ago,
+whose evaluation may still arrive: within ``RECENTLY_ENDED_PAGE_CACHE_SECONDS``). When an entry
+has aged past that, one request renders the page again while the others are still served the
+entry (stale by at most that one render), so a busy page never makes its readers queue behind a
+render.
 """
 
 import hashlib
+import logging
+import re
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Mapping
 from functools import wraps
 from typing import Any
 
@@ -25,12 +33,18 @@ from django.contrib.messages.storage.cookie import CookieStorage
 from django.contrib.messages.storage.session import SessionStorage
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
+from django.utils.html import conditional_escape
+from django.utils.safestring import SafeString, mark_safe
 
 from agentsite.cache import forget_tracked, read_tracked
 
+logger = logging.getLogger(__name__)
+
 VERSION_KEY = "page-cache:version"
-# An active run's page polls every second: its entries are at most this old.
-LIVE_PAGE_CACHE_SECONDS = 1
+# A run that ended a moment ago may still be waiting for its evaluation (its section polls every
+# 2 s, and says "waiting" until ``views.evaluation.recently_ended`` turns false): entries of its
+# page are at most this old.
+RECENTLY_ENDED_PAGE_CACHE_SECONDS = 1
 # How long an aged entry may still be served while one request renders its replacement.
 STALE_GRACE_SECONDS = 30
 # On a miss one request renders while the others asking for the same page wait for its result,
@@ -38,6 +52,7 @@ STALE_GRACE_SECONDS = 30
 RENDER_LOCK_SECONDS = 30
 WAIT_STEP_SECONDS = 0.02
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+PLACEHOLDER = re.compile(rb"\x00([\w-]+)\x00")
 
 Render = Callable[[], HttpResponse]
 
@@ -60,7 +75,7 @@ def _pending_messages(request: HttpRequest) -> bool:
     )
 
 
-def _key(request: HttpRequest, name: str, vary: tuple[Hashable, ...]) -> str | None:
+def _key(request: HttpRequest, name: str, vary: tuple[object, ...]) -> str | None:
     csrf_cookie = request.COOKIES.get(settings.CSRF_COOKIE_NAME, "")
     if not csrf_cookie:
         # This render creates the browser's CSRF secret: its tokens are good for this browser only.
@@ -109,13 +124,53 @@ def wait_for_result(key: str, lock: str, *, accept: Callable[[Any], bool], secon
     return None
 
 
+def placeholder(name: str) -> SafeString:
+    """A stand-in for a value that moves with the clock, rendered into a page ``cached`` stores:
+    every response gets the value of the moment instead (``cached(..., fill={name: value})``).
+
+    Delimited by NUL characters: PostgreSQL text and jsonb cannot hold one, so no stored content
+    (a task's text, a tool's result) can ever be taken for a placeholder."""
+    return mark_safe(f"\x00{name}\x00")
+
+
+def _fill(response: HttpResponse, fill: Mapping[str, str]) -> HttpResponse:
+    if response.streaming or b"\x00" not in response.content:
+        return response
+    values = {name.encode(): str(conditional_escape(value)).encode() for name, value in fill.items()}
+
+    def value_of(found: re.Match[bytes]) -> bytes:
+        if found[1] not in values:
+            # A view's mistake: shown as nothing, never as a NUL character in the page.
+            logger.error("a cached page holds the placeholder %r and no value for it", found[1])
+        return values.get(found[1], b"")
+
+    response.content = PLACEHOLDER.sub(value_of, response.content)
+    if "Content-Length" in response:
+        response["Content-Length"] = str(len(response.content))
+    return response
+
+
 def cached(
-    request: HttpRequest, name: str, render: Render, *, vary: tuple[Hashable, ...] = (), seconds: float | None = None
+    request: HttpRequest,
+    name: str,
+    render: Render,
+    *,
+    vary: tuple[object, ...] = (),
+    seconds: float | None = None,
+    fill: Mapping[str, str] | None = None,
 ) -> HttpResponse:
     """``render()``'s answer to this GET, from the cache when it has one fresh enough.
 
-    ``name`` names the page; ``vary``: what else the page depends on that the URL does not say;
-    ``seconds``: how long an entry stays fresh (``PAGE_CACHE_SECONDS`` by default)."""
+    ``name`` names the page; ``vary``: what else the page depends on that the URL does not say
+    (each part by its repr); ``seconds``: how long an entry stays fresh (``PAGE_CACHE_SECONDS`` by
+    default); ``fill``: the value of each ``placeholder(name)`` the page holds, put into every
+    response, from the cache or not (HTML-escaped unless marked safe)."""
+    return _fill(_cached(request, name, render, vary=vary, seconds=seconds), fill or {})
+
+
+def _cached(
+    request: HttpRequest, name: str, render: Render, *, vary: tuple[object, ...], seconds: float | None
+) -> HttpResponse:
     seconds = settings.PAGE_CACHE_SECONDS if seconds is None else min(seconds, settings.PAGE_CACHE_SECONDS)
     if not seconds or request.method != "GET" or not request.user.is_authenticated:
         return render()

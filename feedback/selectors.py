@@ -1,5 +1,6 @@
 """The read queries behind the pages."""
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -217,19 +218,21 @@ def trace_page(run: Run, *, after: int = -1, limit: int = TRACE_PAGE_SIZE) -> Tr
 
 
 def _place_on_waterfall(run: Run, steps: list[Step]) -> None:
-    """Give each step ``bar_left`` and ``bar_width`` in percent of the run's span, so the
-    template can draw the waterfall with plain CSS. The span is the run's duration so far:
-    every page of the trace uses the same scale."""
+    """Give each step ``bar_at`` (when it started) and ``bar_ms`` (how long it took), in whole
+    milliseconds from the run's start. They never change once the step is written, so neither
+    does the step's HTML; the CSS lays the bars out against the trace's ``--span``
+    (``trace_span_ms``), the one value that moves while the run goes on."""
     start = run.started_at or run.created_at
-    end = run.finished_at or timezone.now()
-    span_ms = max((end - start).total_seconds() * 1000, 1.0)
     for step in steps:
-        offset_ms = (step.started_at - start).total_seconds() * 1000 if step.started_at else 0.0
-        left = min(max(offset_ms / span_ms * 100, 0.0), 100.0)
-        width = (step.duration_ms or 0) / span_ms * 100
-        # A bar stays visible (0.4 %) even for an instant step, and never runs off the track.
-        step.bar_left = round(left, 2)
-        step.bar_width = round(min(max(width, 0.4), 100.0 - left if left < 99.6 else 0.4), 2)
+        step.bar_at = max(0, int((step.started_at - start).total_seconds() * 1000)) if step.started_at else 0
+        step.bar_ms = max(0, step.duration_ms or 0)
+
+
+def trace_span_ms(*, started_at: datetime | None, created_at: datetime, finished_at: datetime | None) -> int:
+    """The waterfall's scale: the run's span in milliseconds so far (at least 1), from its start
+    (or creation, before it started) to its end, or to now while it has not ended."""
+    end = finished_at or timezone.now()
+    return max(1, math.ceil((end - (started_at or created_at)).total_seconds() * 1000))
 
 
 def trace_problems(run: Run, *, limit: int = 20) -> list[Step]:

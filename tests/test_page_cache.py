@@ -1,12 +1,16 @@
 """The page cache: heavy pages served again from the cache, never across users or browsers,
-never hiding a person's own change, a waiting message or a live run."""
+never hiding a person's own change, a waiting message or a live run's new step; the clock of a
+live run moves in every answer, and no placeholder for it ever reaches a browser."""
 
+import re
 import time
 from datetime import timedelta
 
 import pytest
 from django.core.cache import cache
-from django.http import HttpResponse
+from django.db import connection
+from django.http import HttpRequest, HttpResponse
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -18,6 +22,7 @@ from .factories import make_finished_run, make_run
 
 pytestmark = pytest.mark.django_db
 RUN_LIST = reverse("feedback-run-list")
+HTMX = {"HX-Request": "true"}
 
 
 @pytest.fixture(autouse=True)
@@ -80,21 +85,68 @@ def test_an_active_runs_new_step_shows_at_once(client, operator):
     assert "A thought just written" in client.get(url).content.decode()
 
 
-def test_an_active_runs_page_is_at_most_its_poll_interval_old(client, operator):
-    run = make_run(text="Before", status=Run.Status.RUNNING, started_at=timezone.now())
+def test_a_live_runs_page_is_served_from_the_cache_while_its_clock_moves(client, operator):
+    started = timezone.now() - timedelta(seconds=42)
+    run = make_run(status=Run.Status.RUNNING, started_at=started, step_count=1)
+    Step.objects.create(run=run, index=0, kind=Step.Kind.THOUGHT, thought="Thinking", started_at=started)
+    url = reverse("feedback-run-detail", args=[run.pk])
+    client.force_login(operator)
+    # The page, the summary polling itself (no trace: no scale), and the trace's tail polling.
+    answers = [({}, {}, True), ({}, HTMX, False), ({"after": 0, "seen": "running"}, HTMX, True)]
+    for query, headers, _ in answers:
+        client.get(url, query, headers=headers)
+        client.get(url, query, headers=headers)
+    for query, headers, scaled in answers:
+        seen = []
+        for _ in range(2):
+            time.sleep(0.25)
+            before = timezone.now()
+            with CaptureQueriesContext(connection) as queries:
+                html = client.get(url, query, headers=headers).content.decode()
+            after = timezone.now()
+            # Served from the cache: the one query is the run's state, read before the cache.
+            assert len(queries) == 1 and 'FROM "feedback_run" WHERE' in queries[0]["sql"]
+            # ...yet its times are those of this answer, from the run's start.
+            elapsed, span = _elapsed(html), _span(html, run)
+            low, high = (before - started).total_seconds(), (after - started).total_seconds()
+            assert low - 0.05 <= elapsed <= high + 0.05  # rounded to a tenth
+            assert (span is not None) == scaled
+            assert not scaled or low * 1000 <= span <= high * 1000 + 1
+            seen.append((elapsed, span))
+        assert seen[1][0] > seen[0][0] and (not scaled or seen[1][1] > seen[0][1])
+
+
+def _elapsed(html: str) -> float:
+    return float(re.search(r'id="run-elapsed">([\d.]+) s<', html)[1])
+
+
+def _span(html: str, run: Run) -> int | None:
+    found = re.search(rf"#trace-{run.pk} {{ --span: (\d+); }}", html)
+    return int(found[1]) if found else None
+
+
+def test_a_run_that_just_ended_is_at_most_a_second_old(client, operator):
+    # Its evaluation may still arrive, which no column of its state shows at once.
+    run = make_run(text="Before", status=Run.Status.SUCCEEDED, started_at=timezone.now(), finished_at=timezone.now())
     url = reverse("feedback-run-detail", args=[run.pk])
     client.force_login(operator)
     _warm(client, url)
     _rename(run, "After")
     assert "Before" in client.get(url).content.decode()
-    time.sleep(pagecache.LIVE_PAGE_CACHE_SECONDS + 0.5)
+    time.sleep(pagecache.RECENTLY_ENDED_PAGE_CACHE_SECONDS + 0.5)
     assert "After" in client.get(url).content.decode()
 
 
-def test_an_aged_entry_is_served_while_another_request_renders_it_again(rf, operator, monkeypatch):
+def _signed_in_get(rf, user) -> HttpRequest:
+    """A GET from a signed-in user whose browser has its CSRF cookie (so the page may be stored)."""
     request = rf.get("/runs/", HTTP_COOKIE="csrftoken=" + "x" * 32)
-    request.user = operator
+    request.user = user
     request.session = {}
+    return request
+
+
+def test_an_aged_entry_is_served_while_another_request_renders_it_again(rf, operator, monkeypatch):
+    request = _signed_in_get(rf, operator)
     renders = []
 
     def render():
@@ -169,6 +221,80 @@ def test_a_trace_step_is_rendered_once_for_every_reader(client, operator, review
     Step.objects.filter(run=run).update(thought="Changed behind the page's back")
     client.force_login(reviewer)
     assert "Written once" in client.get(url).content.decode()
+
+
+@pytest.mark.parametrize("cache_seconds", [60, 0], ids=["cache on", "cache off"])
+@pytest.mark.parametrize("live", [True, False], ids=["live", "ended"])
+def test_no_placeholder_ever_reaches_a_response(client, operator, settings, cache_seconds, live):
+    settings.PAGE_CACHE_SECONDS = cache_seconds
+    start = timezone.now() - timedelta(minutes=1)
+    ended = {} if live else {"finished_at": start + timedelta(seconds=30)}
+    status = Run.Status.RUNNING if live else Run.Status.SUCCEEDED
+    run = make_run(status=status, started_at=start, step_count=2, **ended)
+    Step.objects.create(run=run, index=0, kind=Step.Kind.THOUGHT, thought="Delegating", started_at=start)
+    delegate = Step.objects.create(run=run, index=1, kind=Step.Kind.TOOL_CALL, tool_name="delegate", started_at=start)
+    child = make_run(status=status, parent=run, parent_step=delegate, started_at=start, step_count=1, **ended)
+    Step.objects.create(run=child, index=0, kind=Step.Kind.THOUGHT, thought="Helping", started_at=start)
+    client.force_login(operator)
+    parent_url, child_url = (reverse("feedback-run-detail", args=[r.pk]) for r in (run, child))
+    answers = [
+        (parent_url, {}, {}),  # the page
+        (parent_url, {}, HTMX),  # the summary polling itself
+        (parent_url, {"after": -1}, HTMX),  # the trace's pages and tail
+        (parent_url, {"after": 1, "seen": "running"}, HTMX),
+        (parent_url, {"part": "evaluations"}, HTMX),
+        (parent_url, {"part": "row"}, HTMX),
+        (child_url, {"part": "child"}, HTMX),  # the sub-agent run expanded in its parent's trace
+        (child_url, {"nested": "1"}, HTMX),  # ...and its summary polling there
+        (child_url, {"after": 0, "nested": "1"}, HTMX),
+    ]
+    for url, query, headers in answers * 2:  # the second time from the cache, when it is on
+        response = client.get(url, query, headers=headers)
+        assert response.status_code == 200 and b"\x00" not in response.content, (url, query)
+    # The values themselves are there instead, live or not, in every part that shows them.
+    page = client.get(parent_url).content.decode()
+    assert re.search(r'id="run-elapsed">\d+\.\d s<', page) and _span(page, run) >= 30_000
+    nested = client.get(child_url, {"part": "child"}, headers=HTMX).content.decode()
+    assert re.search(r"<dt>Elapsed</dt><dd >\d+\.\d s</dd>", nested) and _span(nested, child) >= 30_000
+    tail = client.get(parent_url, {"after": 1}, headers=HTMX).content.decode()
+    assert f'<style id="trace-scale-{run.pk}" hx-swap-oob="outerHTML">' in tail and _span(tail, run) >= 30_000
+
+
+def test_every_answer_gets_the_values_of_its_moment(rf, operator, settings, caplog):
+    request = _signed_in_get(rf, operator)
+    renders = []
+
+    def render():
+        renders.append(1)
+        return HttpResponse(f"<p>{pagecache.placeholder('at')} and {pagecache.placeholder('note')}</p>")
+
+    def answer(at: str) -> bytes:
+        return pagecache.cached(request, "page", render, fill={"at": at, "note": "<b>"}).content
+
+    assert answer("1") == b"<p>1 and &lt;b&gt;</p>"  # rendered; values are escaped
+    assert answer("2") == b"<p>2 and &lt;b&gt;</p>" and len(renders) == 1  # from the cache
+    settings.PAGE_CACHE_SECONDS = 0
+    assert answer("3") == b"<p>3 and &lt;b&gt;</p>" and len(renders) == 2  # not cached at all
+    # A placeholder left without a value (a view's mistake) shows as nothing, never as NUL.
+    assert pagecache.cached(request, "page", render, fill={"at": "4"}).content == b"<p>4 and </p>"
+    assert "no value" in caplog.text
+
+
+@pytest.mark.parametrize(("language", "shown"), [("en", "12,345.6 s"), ("zh-hans", "12345.6 s")])
+def test_a_live_runs_elapsed_time_reads_as_an_ended_runs_in_each_language(
+    client, operator, settings, monkeypatch, language, shown
+):
+    # Grouping digits makes the languages differ (zh_Hans groups by four, with no separator).
+    settings.USE_THOUSAND_SEPARATOR = True
+    now = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: now)
+    started = now - timedelta(seconds=12345.6)
+    live = make_run(status=Run.Status.RUNNING, started_at=started)
+    ended = make_run(status=Run.Status.SUCCEEDED, started_at=started, finished_at=now)
+    client.force_login(operator)
+    for run in (live, ended):  # the live one's filled in by the view, the ended one's rendered
+        html = client.get(reverse("feedback-run-detail", args=[run.pk]), headers={"Accept-Language": language})
+        assert f'id="run-elapsed">{shown}<' in html.content.decode()
 
 
 def _mget_calls() -> int:

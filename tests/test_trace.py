@@ -1,6 +1,8 @@
 """The run page's trace: paging, the waterfall, sub-agent runs, JSON, and staying fast."""
 
 import json
+import re
+import time
 from datetime import timedelta
 
 import pytest
@@ -75,10 +77,37 @@ def test_the_waterfall_places_steps_by_their_start_and_duration(client, operator
     Step.objects.create(run=run, index=0, kind=Step.Kind.THOUGHT, started_at=start, duration_ms=1000)
     Step.objects.create(run=run, index=1, kind=Step.Kind.TOOL_CALL, started_at=start + timedelta(seconds=5),
                         duration_ms=2500, tool_name="calculator")  # fmt: skip
+    # Written by a worker whose clock is a little behind; and one with no times at all.
+    Step.objects.create(run=run, index=2, kind=Step.Kind.THOUGHT, started_at=start - timedelta(milliseconds=30))
+    Step.objects.create(run=run, index=3, kind=Step.Kind.FINAL, started_at=None, duration_ms=None)
     client.force_login(operator)
     html = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
-    assert 'style="margin-left:0.00%;width:10.00%"' in html
-    assert 'style="margin-left:50.00%;width:25.00%"' in html
+    # Each bar holds its step's own times (ms from the run's start); the trace, the run's span.
+    assert f'<style id="trace-scale-{run.pk}">#trace-{run.pk} {{ --span: 10000; }}</style>' in html
+    bars = re.findall(r'id="run-\d+-step-(\d)".*?<span class="bar" style="--at:(\d+);--ms:(\d+)"', html, re.S)
+    assert bars == [("0", "0", "1000"), ("1", "5000", "2500"), ("2", "0", "0"), ("3", "0", "0")]
+
+
+def test_a_step_is_laid_out_the_same_however_long_its_run_goes_on(client, operator):
+    start = timezone.now() - timedelta(seconds=3)
+    run = make_run(status=Run.Status.RUNNING, started_at=start)
+    Step.objects.create(run=run, index=0, kind=Step.Kind.THOUGHT, thought="First", started_at=start, duration_ms=700)
+    Run.objects.filter(pk=run.pk).update(step_count=1)
+    client.force_login(operator)
+    url = reverse("feedback-run-detail", args=[run.pk])
+    first = client.get(url).content.decode()
+    # The page cache is off here: only the step's own HTML could be reused, and it is (its bar
+    # does not move with the clock), whereas the scale is of each response's moment.
+    Step.objects.filter(run=run).update(thought="Changed behind the page's back")
+    time.sleep(0.05)
+    second = client.get(url).content.decode()
+    assert "First" in second and "Changed behind" not in second
+    assert '<span class="bar" style="--at:0;--ms:700">' in second
+    assert _span(second, run) > _span(first, run) >= 3000
+
+
+def _span(html: str, run: Run) -> int:
+    return int(re.search(rf"#trace-{run.pk} {{ --span: (\d+); }}", html)[1])
 
 
 def test_errors_attempts_and_failed_validation_stand_out(client, operator):

@@ -84,13 +84,6 @@ class Run(models.Model):
     def is_active(self) -> bool:
         return self.status in self.ACTIVE_STATUSES
 
-    @property
-    def duration_seconds(self) -> float | None:
-        if not self.started_at:
-            return None
-        end = self.finished_at or timezone.now()
-        return (end - self.started_at).total_seconds()
-
 
 _STATUS_LABELS = dict(Run.Status.choices)
 _KIND_LABELS = dict(Task.Kind.choices)

@@ -4,6 +4,8 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import floatformat
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
@@ -20,6 +22,13 @@ def evaluation_context(request: HttpRequest, run: Run) -> dict:
     from .evaluation import evaluation_context
 
     return evaluation_context(request, run)
+
+
+def recently_ended(finished_at: datetime | None) -> bool:
+    # Imported late, as evaluation_context.
+    from .evaluation import recently_ended
+
+    return recently_ended(finished_at)
 
 
 def _visible_run(request: HttpRequest, run_id: int) -> Run:
@@ -95,37 +104,68 @@ def _with(query: QueryDict, **values: str) -> str:
     return query.urlencode()
 
 
+# The run's columns its page changes with: a change of any of them is a new page cache entry, so
+# it shows at once. A new step counts in step_count and its tokens come in the same write; the
+# final answer and the error with the status; the plan's update comes just before its step, but
+# a plan item marked failed just after one; llm_backend is written when the run starts, after
+# its model, prompt, tools and strategies. The times make the elapsed time and the waterfall.
+RUN_STATE = (
+    "status", "step_count", "cancel_requested", "score", "plan", "llm_backend",
+    "created_at", "started_at", "finished_at",
+)  # fmt: skip
+# Read on every request, from the cache or not: built once, as resolving its nine names cost as
+# much as a page served from the cache takes otherwise (the query is cloned, never evaluated).
+_RUN_STATE_QUERY = Run.objects.values_list(*RUN_STATE)
+
+
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
-    # What the page shows changes with these columns: a new step, status, cancel request or
-    # score is a new cache entry, so it shows at once. Read first, in one small query, so that a
-    # page served from the cache costs no more (who may see the run is checked when it renders:
-    # an entry is one user's, and a change of anyone's rights goes through a POST).
-    state = (
-        Run.objects.filter(pk=run_id)
-        .values_list("status", "step_count", "cancel_requested", "score", "finished_at")
-        .first()
-    )
+    # The state is read first, in one small query, so that a page served from the cache costs no
+    # more (who may see the run is checked when it renders: an entry is one user's, and a change
+    # of anyone's rights goes through a POST).
+    state = next(iter(_RUN_STATE_QUERY.filter(pk=run_id)[:1]), None)
     if state is None:
         raise Http404
-    live = _live(status=state[0], finished_at=state[4])
+    created_at, started_at, finished_at = state[-3:]
+    # While the run has not ended its elapsed time and its waterfall's scale move with the clock:
+    # the page holds placeholders, and every response, cached or not, gets the values of now.
+    clock = {} if finished_at else _timing(run_id, created_at=created_at, started_at=started_at, finished_at=None)
     return pagecache.cached(
         request,
         "run-detail",
-        lambda: _run_detail(request, _visible_run(request, run_id)),
+        lambda: _run_detail(request, _visible_run(request, run_id), clock),
         vary=state,
-        seconds=pagecache.LIVE_PAGE_CACHE_SECONDS if live else None,
+        # An ended run's page changes without its state while its evaluation may still arrive.
+        seconds=pagecache.RECENTLY_ENDED_PAGE_CACHE_SECONDS if recently_ended(finished_at) else None,
+        fill=clock,
     )
 
 
-def _live(*, status: str, finished_at: datetime | None) -> bool:
-    """Whether the run's page changes by the second (its waterfall's scale, its duration): the
-    run goes on, or it ended a moment ago and its evaluation may be on its way."""
-    from .evaluation import recently_ended
+def _timing(
+    run_id: int, *, created_at: datetime, started_at: datetime | None, finished_at: datetime | None
+) -> dict[str, str]:
+    """The run's elapsed time (once it has started) and its waterfall's span, by placeholder name,
+    as the page shows them (in the active language, as the floatformat filter would)."""
+    span = selectors.trace_span_ms(created_at=created_at, started_at=started_at, finished_at=finished_at)
+    timing = {f"run-{run_id}-span": str(span)}
+    if started_at is not None:
+        seconds = ((finished_at or timezone.now()) - started_at).total_seconds()
+        timing[f"run-{run_id}-elapsed"] = floatformat(seconds, 1)
+    return timing
 
-    return status in Run.ACTIVE_STATUSES or finished_at is None or recently_ended(finished_at)
+
+def _timing_context(run: Run, clock: dict[str, str]) -> dict:
+    """The elapsed time and the span for the template: the placeholders ``clock`` has values for
+    (a live run's), the values themselves otherwise."""
+    timing = _timing(run.pk, created_at=run.created_at, started_at=run.started_at, finished_at=run.finished_at)
+
+    def shown(name: str) -> str | None:
+        key = f"run-{run.pk}-{name}"
+        return pagecache.placeholder(key) if key in clock else timing.get(key)
+
+    return {"elapsed": shown("elapsed"), "span": shown("span")}
 
 
-def _run_detail(request: HttpRequest, run: Run) -> HttpResponse:
+def _run_detail(request: HttpRequest, run: Run, clock: dict[str, str]) -> HttpResponse:
     template = "feedback/run_detail.html"
     part = request.GET.get("part", "")
     if request.htmx and part == "evaluations":
@@ -134,22 +174,21 @@ def _run_detail(request: HttpRequest, run: Run) -> HttpResponse:
     if request.htmx and part == "row":
         return render(request, "feedback/run_list.html#run-row", {"run": run})
     nested = request.GET.get("nested") == "1"
+    summary = {"nested": nested or part == "child", "clock": clock}
     if request.htmx and "after" in request.GET:
-        # The trace's tail: the steps after the last one shown, plus the summary out of band.
-        # The run was read before its steps, so an ended run's last steps are all in this page.
+        # The trace's tail: the steps after the last one shown, plus the summary and the
+        # waterfall's scale out of band. The run was read before its steps, so an ended run's
+        # last steps are all in this page.
         trace = selectors.trace_page(run, after=_int(request.GET["after"]))
-        context = {**_summary_context(request, run, nested=nested, trace=trace), "oob": True}
+        context = {**_summary_context(request, run, trace=trace, **summary), "oob": True}
         context["seen"] = request.GET.get("seen", "")
         return render(request, template + "#trace-more", context)
     if request.htmx and part != "child":
         # The summary polling itself (while the trace's tail is not the live poller).
-        context = _summary_context(request, run, nested=nested, trace=None)
+        context = _summary_context(request, run, trace=None, **summary)
         return render(request, template + "#run-summary", context)
     trace = selectors.trace_page(run)
-    context = {
-        **_summary_context(request, run, nested=nested or part == "child", trace=trace),
-        "problems": selectors.trace_problems(run),
-    }
+    context = {**_summary_context(request, run, trace=trace, **summary), "problems": selectors.trace_problems(run)}
     if request.htmx:
         # A sub-agent run expanded in place inside its parent's trace.
         return render(request, template + "#run-child", context)
@@ -164,7 +203,9 @@ def _int(value: str) -> int:
         return -1
 
 
-def _summary_context(request: HttpRequest, run: Run, *, nested: bool, trace: selectors.TracePage | None) -> dict:
+def _summary_context(
+    request: HttpRequest, run: Run, *, nested: bool, trace: selectors.TracePage | None, clock: dict[str, str]
+) -> dict:
     return {
         "run": run,
         "nested": nested,
@@ -174,6 +215,7 @@ def _summary_context(request: HttpRequest, run: Run, *, nested: bool, trace: sel
         "summary_polls": run.is_active and (trace is None or trace.has_more),
         "confirmations": run.confirmations.select_related("decided_by").order_by("requested_at"),
         "can_control": services.run_can_control(run=run, user=request.user),
+        **_timing_context(run, clock),
     }
 
 
