@@ -20,7 +20,8 @@ What the figures include:
 
 - **history**: `generate_history` (COPY, seed 7, one year) plus the rollups and VACUUM ANALYZE.
 - **loop**: best of 3 runs after a warm-up, in one process: claim, lease, heartbeat thread,
-  tool invoker (JSON Schema, breaker in Redis), each step committed under the lease (on
+  tool invoker (JSON Schema; the breaker's state in Redis, read from the process's memory
+  while Redis's `CLIENT TRACKING` reports it unchanged), each step committed under the lease (on
   PostgreSQL one call of the `feedback_write_step` function: the step, its attempts and the
   run's counter), run end (which queues the evaluation). Baseline: one committed single-row INSERT of a step (raw SQL).
   The peer: LangGraph's `create_react_agent` with `PostgresSaver`, same model stand-in and tool.
@@ -36,7 +37,8 @@ What the figures include:
   window's edge live; the run list pages by keyset, with no COUNT. Pages are served
   from the page cache (`feedback/pagecache.py`, the default `PAGE_CACHE_SECONDS=5`: an entry
   per user, browser and URL, rendered again every 5 s during the load while the other clients
-  are served the entry); sessions and the signed-in user come from the cache too. The trace
+  are served the entry, kept in each web process's memory while Redis reports it unchanged);
+  sessions and the signed-in user come from the cache too. The trace
   benchmarked is the generated history's newest run, which is still *running*: its page is
   stored like the others, its elapsed time and waterfall span put into each answer (they move
   with the clock), its steps' HTML reused. The cache is emptied before the first page; the
