@@ -116,7 +116,7 @@ CACHES["fragments"] = {
 PAGE_CACHE_SECONDS = env.int("PAGE_CACHE_SECONDS", default=5)
 # Sessions are read from the cache on every page (and kept in the database too, so a cache
 # restart logs nobody out).
-SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+SESSION_ENGINE = "agentsite.sessions"  # cached_db, read through the tracked reads
 
 # --- Auth ------------------------------------------------------------------------------------
 # Django's backend, with the signed-in user read from the cache (feedback/auth.py).

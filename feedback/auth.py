@@ -15,6 +15,8 @@ from django.core.cache import cache
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
+from agentsite.cache import forget_tracked, read_tracked
+
 USER_CACHE_SECONDS = 60
 
 
@@ -24,7 +26,8 @@ def _key(user_id: object) -> str:
 
 class CachedUserBackend(ModelBackend):
     def get_user(self, user_id):
-        user = cache.get(_key(user_id))
+        # From the process's memory while Redis reports the entry unchanged (agentsite/cache.py).
+        user = read_tracked(cache, [_key(user_id)]).get(_key(user_id))
         if user is None:
             user = super().get_user(user_id)
             if user is not None:
@@ -34,6 +37,7 @@ class CachedUserBackend(ModelBackend):
 
 def forget_user(user_id: object) -> None:
     cache.delete(_key(user_id))
+    forget_tracked(cache, [_key(user_id)])
 
 
 User = get_user_model()

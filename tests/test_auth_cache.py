@@ -49,3 +49,46 @@ def test_a_deleted_user_is_signed_out(client, operator):
     assert _signed_in_as(client) == "operator"
     operator.delete()
     assert client.get(RUN_LIST).status_code == 302
+
+
+def _gets() -> int:
+    from django.core.cache import cache
+
+    client = cache._cache.get_client(write=True)
+    return int(client.info("commandstats").get("cmdstat_get", {}).get("calls", 0))
+
+
+def test_the_session_and_the_user_come_from_memory_while_redis_reports_no_change(client, operator):
+    client.force_login(operator)
+    assert _signed_in_as(client) == "operator"
+    before = _gets()
+    for _ in range(5):
+        assert _signed_in_as(client) == "operator"
+    # Neither the session nor the user went over the wire again.
+    assert _gets() == before
+
+
+def test_a_session_ended_in_another_process_is_ended_here_at_once(client, operator):
+    from django.contrib.sessions.models import Session
+    from django.core.cache import cache
+
+    client.force_login(operator)
+    assert _signed_in_as(client) == "operator"
+    # The operator logs out in another web process: its session leaves the database and the
+    # cache there, and Redis tells this process, whose copy was read a moment ago.
+    key = client.session.session_key
+    Session.objects.filter(session_key=key).delete()
+    cache._cache.get_client(write=True).delete(cache.make_and_validate_key(f"django.contrib.sessions.cached_db{key}"))
+    response = client.get(RUN_LIST)
+    assert response.status_code == 302 and reverse("login") in response["Location"]
+
+
+def test_logging_out_here_ends_the_session_at_once(client, operator):
+    client.force_login(operator)
+    assert _signed_in_as(client) == "operator"
+    cookie = client.cookies["sessionid"].value
+    client.post(reverse("logout"))
+    # The old cookie, replayed, is no longer a session.
+    client.cookies["sessionid"] = cookie
+    response = client.get(RUN_LIST)
+    assert response.status_code == 302 and reverse("login") in response["Location"]

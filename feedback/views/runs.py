@@ -1,7 +1,9 @@
-from datetime import datetime
+import functools
+from datetime import UTC, datetime
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import floatformat
@@ -113,16 +115,38 @@ RUN_STATE = (
     "status", "step_count", "cancel_requested", "score", "plan", "llm_backend",
     "created_at", "started_at", "finished_at",
 )  # fmt: skip
-# Read on every request, from the cache or not: built once, as resolving its nine names cost as
-# much as a page served from the cache takes otherwise (the query is cloned, never evaluated).
-_RUN_STATE_QUERY = Run.objects.values_list(*RUN_STATE)
+
+
+@functools.cache
+def _run_state_sql() -> str:
+    # Read on every request, from the cache or not: the ORM's SQL is built once, as building it
+    # cost more than the rest of a page served from the cache.
+    sql, _params = Run.objects.filter(pk=0).values_list(*RUN_STATE).query.sql_with_params()
+    return sql
+
+
+def _run_state(run_id: int) -> tuple | None:
+    with connection.cursor() as cursor:
+        cursor.execute(_run_state_sql(), [run_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    # SQLite hands back naive UTC times (PostgreSQL aware ones), as the ORM's converters would fix.
+    *columns, created_at, started_at, finished_at = row
+    return (*columns, *(_aware(moment) for moment in (created_at, started_at, finished_at)))
+
+
+def _aware(moment: datetime | str | None) -> datetime | None:
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    return timezone.make_aware(moment, UTC) if moment is not None and timezone.is_naive(moment) else moment
 
 
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     # The state is read first, in one small query, so that a page served from the cache costs no
     # more (who may see the run is checked when it renders: an entry is one user's, and a change
     # of anyone's rights goes through a POST).
-    state = next(iter(_RUN_STATE_QUERY.filter(pk=run_id)[:1]), None)
+    state = _run_state(run_id)
     if state is None:
         raise Http404
     created_at, started_at, finished_at = state[-3:]
