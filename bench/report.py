@@ -19,7 +19,8 @@ database. A scale's section is replaced when `make bench BENCH_RUNS=N` runs agai
 What the figures include:
 
 - **history**: `generate_history` (COPY, seed 7, one year) plus the rollups and VACUUM ANALYZE.
-- **loop**: best of 3 runs after a warm-up, in one process: claim, lease, heartbeat thread,
+- **loop**: after a warm-up run, 3 rounds of one engine run then one batch of 500 bare INSERTs,
+  taking turns; the best round of each. In one process: claim, lease, heartbeat thread,
   tool invoker (JSON Schema; the breaker's state in Redis, read from the process's memory
   while Redis's `CLIENT TRACKING` reports it unchanged), each step committed under the lease (on
   PostgreSQL one call of the `feedback_write_step` function: the step, its attempts and the
