@@ -32,6 +32,15 @@ class Injection:
         self.guardrails.extend(g for g in version.guardrails if isinstance(g, dict))
 
 
+# What the injection and its record read: every new run selects its strategies, and their
+# evidence and other texts are the bulk of the rows.
+_INJECTED_FIELDS = (
+    "status", "trial_fraction", "current_version__strategy", "current_version__number",
+    "current_version__condition", "current_version__new_guidance", "current_version__worked_example",
+    "current_version__guardrails",
+)  # fmt: skip
+
+
 def select(run: Run, *, exclude: int | None = None) -> Injection:
     """The strategies for a new run (``exclude``: leave one out, to show a prompt without it).
 
@@ -44,6 +53,7 @@ def select(run: Run, *, exclude: int | None = None) -> Injection:
         Strategy.objects.filter(status__in=[Strategy.Status.ACTIVE, Strategy.Status.TRIAL])
         .exclude(current_version=None)
         .select_related("current_version")
+        .only(*_INJECTED_FIELDS)
         .order_by("pk")
     )
     trials = []
