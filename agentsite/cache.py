@@ -17,15 +17,19 @@ refuses servers older than Redis 7.4, and Debian 12 ships 7.0 (tracking itself i
 
 import os
 import threading
+import time
 from collections import OrderedDict
 from typing import Any
 
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.cache.backends.redis import RedisCacheClient as DjangoRedisCacheClient
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 # What one process keeps of the tracked keys' values, least recently read dropped first.
 TRACKED_BYTES = 64 * 1024 * 1024
+# A server that refuses tracking (an older Redis, a managed one that forbids CLIENT) is asked
+# again after this long; meanwhile tracked reads are plain reads, without a connection attempt.
+REFUSED_RETRY_SECONDS = 60
 
 
 class Tracker:
@@ -38,9 +42,12 @@ class Tracker:
         self._values: OrderedDict[str, bytes | None] = OrderedDict()
         self._bytes = 0
         self._connection = None
+        self._refused_until = 0.0
 
     def get_many(self, keys: list[str]) -> dict[str, bytes | None]:
         with self._lock:
+            if time.monotonic() < self._refused_until:
+                raise ResponseError("this Redis server refused client tracking")
             try:
                 connection = self._connect()
                 while connection.can_read():  # invalidations pushed since the last read
@@ -57,9 +64,11 @@ class Tracker:
                     self._values.move_to_end(key)
                     found[key] = self._values[key]
                 return found
-            except RedisError:
+            except RedisError as error:
                 # Without its connection no invalidation can arrive: nothing kept is trusted.
                 self._reset()
+                if isinstance(error, ResponseError):
+                    self._refused_until = time.monotonic() + REFUSED_RETRY_SECONDS
                 raise
 
     def forget(self, keys: list[str]) -> None:

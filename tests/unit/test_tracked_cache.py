@@ -51,3 +51,29 @@ def test_forgetting_a_key_this_process_wrote_reads_it_again():
     cache.forget_tracked(["v"])
     assert key not in cache._cache.tracker()._values
     assert cache.get_many_tracked(["v"]) == {"v": 2}
+
+
+def test_a_server_that_refuses_tracking_is_read_plainly_and_not_asked_again_at_once(monkeypatch):
+    from redis.exceptions import ResponseError
+
+    tracker = cache._cache.tracker()
+    tracker._reset()
+    attempts = []
+
+    def refuse():
+        attempts.append(1)
+        raise ResponseError("unknown command 'CLIENT'")
+
+    cache.set("w", 5)
+    with monkeypatch.context() as patch:
+        patch.setattr(tracker, "_connect", refuse)
+        try:
+            for _ in range(3):
+                assert cache.get_many_tracked(["w"]) == {"w": 5}  # a plain read answers
+            assert attempts == [1]
+        finally:
+            refused_until, tracker._refused_until = tracker._refused_until, 0.0
+    assert refused_until > 0
+    # Asked again later (here: at once, the wait cleared), it tracks.
+    assert cache.get_many_tracked(["w"]) == {"w": 5}
+    assert tracker._connection is not None
