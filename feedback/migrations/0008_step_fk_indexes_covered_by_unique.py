@@ -1,6 +1,6 @@
 """The step's run and the attempt's step need no index of their own: the unique (run, index) and
 (step, number) constraints' indexes start with them and serve every lookup and cascade. One
-index fewer to write per step and per attempt, and about a gigabyte less at ten million steps.
+index fewer to write per step and per attempt, and about 250 MB less at ten million steps.
 
 Only the indexes are dropped: the AlterFields as Django writes them would also drop and re-add
 the foreign keys, re-checking every row of both tables under an exclusive lock.
