@@ -72,8 +72,7 @@ class Tracker:
                 raise
 
     def forget(self, keys: list[str]) -> None:
-        """Drop ``keys`` after this process changed them: Redis's push to the tracking
-        connection may arrive just after the write's reply."""
+        """Drop ``keys`` after this process changed them (see RedisCacheClient's writes)."""
         with self._lock:
             for key in keys:
                 self._drop(key)
@@ -158,6 +157,30 @@ class RedisCacheClient(DjangoRedisCacheClient):
             return self.get_many(keys)
         return {k: self._serializer.loads(v) for k, v in found.items() if v is not None}
 
+    # Every write through this client drops the process's copy of the key once it is done:
+    # Redis's own push to the tracking connection may arrive just after the write's reply.
+    def _written(self, keys, result):
+        self.tracker().forget(list(keys))
+        return result
+
+    def add(self, key, value, timeout):
+        return self._written([key], super().add(key, value, timeout))
+
+    def set(self, key, value, timeout):
+        return self._written([key], super().set(key, value, timeout))
+
+    def set_many(self, data, timeout):
+        return self._written(data, super().set_many(data, timeout))
+
+    def incr(self, key, delta):
+        return self._written([key], super().incr(key, delta))
+
+    def delete(self, key):
+        return self._written([key], super().delete(key))
+
+    def delete_many(self, keys):
+        return self._written(keys, super().delete_many(keys))
+
     def clear(self):
         self.tracker().clear()
         return super().clear()
@@ -174,17 +197,8 @@ class RedisCache(DjangoRedisCache):
         made = {self.make_and_validate_key(key, version=version): key for key in keys}
         return {made[k]: v for k, v in self._cache.get_many_tracked(list(made)).items()}
 
-    def forget_tracked(self, keys: list[str], version: int | None = None) -> None:
-        self._cache.tracker().forget([self.make_and_validate_key(key, version=version) for key in keys])
-
 
 def read_tracked(cache, keys: list[str]) -> dict[str, Any]:
     """``cache.get_many(keys)``, answered from memory on Redis while the keys are unchanged."""
     read = getattr(cache, "get_many_tracked", None) or cache.get_many
     return read(keys)
-
-
-def forget_tracked(cache, keys: list[str]) -> None:
-    """After this process wrote ``keys``: its next ``read_tracked`` of them goes to the cache."""
-    if forget := getattr(cache, "forget_tracked", None):
-        forget(keys)

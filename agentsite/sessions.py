@@ -5,7 +5,7 @@ agentsite/cache.py)."""
 
 from django.contrib.sessions.backends.cached_db import SessionStore as CachedDBStore
 
-from agentsite.cache import forget_tracked, read_tracked
+from agentsite.cache import read_tracked
 
 
 class SessionStore(CachedDBStore):
@@ -16,12 +16,3 @@ class SessionStore(CachedDBStore):
         except Exception:  # as Django's: a cache that cannot answer falls back on the database
             data = None
         return super().load() if data is None else data
-
-    def save(self, must_create=False):
-        super().save(must_create)
-        forget_tracked(self._cache, [self.cache_key])
-
-    def delete(self, session_key=None):
-        key = self.cache_key_prefix + (session_key or self.session_key or "")
-        super().delete(session_key)
-        forget_tracked(self._cache, [key])

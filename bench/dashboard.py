@@ -24,8 +24,8 @@ from django.core.cache import cache
 
 from bench.results import Result
 from bench.worker import BASE_DIR, database_url
-from feedback.metrics import percentile_cont
 from feedback.models import Run
+from feedback.tool_metrics import percentile_cont
 
 WRK_REPORT = """
 done = function(summary, latency, requests)

@@ -15,7 +15,7 @@ from django.core.cache import cache
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from agentsite.cache import forget_tracked, read_tracked
+from agentsite.cache import read_tracked
 
 USER_CACHE_SECONDS = 60
 
@@ -37,7 +37,6 @@ class CachedUserBackend(ModelBackend):
 
 def forget_user(user_id: object) -> None:
     cache.delete(_key(user_id))
-    forget_tracked(cache, [_key(user_id)])
 
 
 User = get_user_model()

@@ -1,41 +1,31 @@
 """The metric definitions: each written down once, here, and documented in the README.
 
 Every metric is computed by the database (annotate/aggregate, TruncDay/TruncWeek), never by a
-Python loop over runs. The trends read whole days from the DailyRunStats rollups, and the
-per-tool figures from the DailyToolStats rollups, which are counted by the very queries below
-(feedback/rollups.py), and count the partial days at the window's edges live; Python only adds
-up a few hundred per-period or per-tool rows.
+Python loop over runs. The trends read whole days from the DailyRunStats rollups, which are
+counted by the very queries below (feedback/rollups.py), and count the partial days at the
+window's edges live; Python only adds up a few hundred per-period rows. The per-tool figures
+follow the same pattern in feedback/tool_metrics.py.
 
 A run belongs to the period of its ``created_at``; the filters are a window ``[since, until)``
 and optionally one task kind. Rates are ``None`` when their
 denominator is zero (no data is not a rate of 0).
 """
 
-import functools
-import math
-from collections import Counter
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from datetime import time as dt_time
-from operator import itemgetter
 
-from django.db import connection
 from django.db.models import (
-    Case,
     Count,
     DateField,
     Exists,
     F,
-    IntegerField,
     OuterRef,
     Q,
     QuerySet,
     Sum,
-    Value,
-    When,
 )
-from django.db.models.functions import Cast, Floor, Ln, Trunc, TruncDate, TruncDay, TruncWeek
+from django.db.models.functions import Trunc, TruncDay, TruncWeek
 from django.utils import timezone
 
 from feedback.models import DailyRunStats, DailyToolStats, Evaluation, Run, Step, ToolConfirmation
@@ -81,7 +71,7 @@ class Window:
         return out
 
 
-def _rate(part: float | None, whole: float | None) -> float | None:
+def rate(part: float | None, whole: float | None) -> float | None:
     return None if not whole else (part or 0) / whole
 
 
@@ -202,7 +192,7 @@ def split_window(window: Window) -> tuple[list[Window], date | None, date | None
     return edges, first, last
 
 
-def _whole_days(model: type[DailyRunStats | DailyToolStats], window: Window, first: date, last: date) -> QuerySet:
+def whole_days(model: type[DailyRunStats | DailyToolStats], window: Window, first: date, last: date) -> QuerySet:
     """The rollup rows of the window's whole days ``[first, last)``, of its kind if it has one."""
     rollups = model.objects.filter(day__gte=first, day__lt=last)
     return rollups.filter(task_kind=window.kind) if window.kind else rollups
@@ -214,7 +204,7 @@ def period_counts(window: Window) -> list[dict]:
     found: dict[date, dict] = {}
     edges, first, last = split_window(window)
     if first is not None:
-        rollups = _whole_days(DailyRunStats, window, first, last)
+        rollups = whole_days(DailyRunStats, window, first, last)
         period = Trunc("day", window.granularity, output_field=DateField())
         _add(
             found,
@@ -241,7 +231,7 @@ def _score_figures(c: dict) -> dict:
         "scored": c["scored"],
         "avg_score": c["score_sum"] / c["scored"] if c["scored"] else None,
         "succeeded": c["succeeded"],
-        "success_rate": _rate(c["succeeded"], c["ended"]),
+        "success_rate": rate(c["succeeded"], c["ended"]),
     }
 
 
@@ -268,8 +258,8 @@ def _error_figures(c: dict) -> dict:
         "repeated": c["repeated_errors"],
         "runs_with_repeated": c["runs_with_repeated"],
         "runs": c["runs"],
-        "repeated_rate": _rate(c["repeated_errors"], c["errors"]),
-        "repeated_per_run": _rate(c["repeated_errors"], c["runs"]),
+        "repeated_rate": rate(c["repeated_errors"], c["errors"]),
+        "repeated_per_run": rate(c["repeated_errors"], c["runs"]),
     }
 
 
@@ -296,7 +286,7 @@ def _intervention_figures(c: dict) -> dict:
         "runs": c["runs"],
         "intervened": c["intervened"],
         **{reason: c[reason] for reason in INTERVENTION_REASONS},
-        "rate": _rate(c["intervened"], c["runs"]),
+        "rate": rate(c["intervened"], c["runs"]),
     }
 
 
@@ -309,186 +299,6 @@ def intervention_trend(window: Window, counts: list[dict] | None = None) -> list
 
 def intervention_summary(window: Window, counts: list[dict] | None = None) -> dict:
     return _intervention_figures(_total(counts or period_counts(window)))
-
-
-# --- tools -------------------------------------------------------------------------------------
-# Latency percentiles come from a histogram of ``duration_ms`` with log-scale buckets: bucket 0
-# holds 0 ms, bucket b >= 1 holds [1.05^(b-1), 1.05^b) ms. Histograms add up, so days counted
-# once into DailyToolStats and the live edges of a window merge into one per tool.
-LATENCY_BASE = 1.05
-_LN_BASE = math.log(LATENCY_BASE)
-
-
-def latency_bucket(ms: int) -> int:
-    """The histogram bucket of a duration; ``latency_bucket_sql`` is the same in the database
-    (the same double-precision operations: they agree, no whole duration lies near an edge)."""
-    return 0 if ms <= 0 else 1 + math.floor(math.log(ms) / _LN_BASE)
-
-
-def latency_bucket_sql(field: str) -> Case:
-    return Case(
-        When(**{field: 0}, then=Value(0)),
-        default=Cast(Floor(Ln(field) / Value(_LN_BASE)), IntegerField()) + 1,
-        output_field=IntegerField(),
-    )
-
-
-@functools.cache
-def _first_ms(bucket: int) -> int:
-    """The shortest whole duration in ``bucket`` or a later one."""
-    if bucket <= 0:
-        return 0
-    ms = math.ceil(LATENCY_BASE ** (bucket - 1))
-    while ms > 1 and latency_bucket(ms - 1) >= bucket:
-        ms -= 1
-    while latency_bucket(ms) < bucket:
-        ms += 1
-    return ms
-
-
-def latency_bounds(bucket: int) -> tuple[int, int]:
-    """The shortest and the longest whole duration (``duration_ms`` is an integer) of a bucket."""
-    return _first_ms(bucket), _first_ms(bucket + 1) - 1
-
-
-def _interpolated(value_at: Callable[[int], float], n: int, fraction: float) -> float | None:
-    """``percentile_cont``'s interpolation between the values ranked floor and ceil of
-    ``fraction * (n - 1)`` (ranks from 0, in ascending order)."""
-    if not n:
-        return None
-    position = fraction * (n - 1)
-    low = int(position)
-    high = min(low + 1, n - 1)
-    return value_at(low) + (value_at(high) - value_at(low)) * (position - low)
-
-
-def percentile_cont(values: list[float], fraction: float) -> float | None:
-    """The exact interpolated percentile, as PostgreSQL's ``percentile_cont`` computes it."""
-    return _interpolated(sorted(values).__getitem__, len(values), fraction)
-
-
-def histogram_percentile(latency: dict[int, int], fraction: float) -> float | None:
-    """``percentile_cont`` of the durations a latency histogram counts, estimated: the value of
-    a rank is placed inside its bucket (the bucket's calls spread evenly between its shortest
-    and longest whole duration). The estimate of each rank stays inside the bucket of the true
-    value, whose width is under 5% of any duration in it, so the percentile is within 5% of the
-    exact one (and exact below 20 ms, where a bucket holds one whole duration)."""
-    ordered = sorted((bucket, calls) for bucket, calls in latency.items() if calls)
-
-    def value_at(rank: int) -> float:
-        for bucket, calls in ordered:
-            if rank < calls:
-                shortest, longest = latency_bounds(bucket)
-                return shortest + (longest - shortest) * (rank + 0.5) / calls
-            rank -= calls
-        raise IndexError(rank)
-
-    return _interpolated(value_at, sum(calls for _, calls in ordered), fraction)
-
-
-def tool_calls(window: Window) -> QuerySet[Step]:
-    """The tool-call steps of the window's runs (a cached answer is a call too)."""
-    return Step.objects.filter(run__in=window.runs(), kind=Step.Kind.TOOL_CALL).exclude(tool_name="")
-
-
-def tool_call_counts(window: Window, *, by: tuple[str, ...] = ("tool_name",)) -> QuerySet:
-    """Per ``by`` columns (``day`` and ``task_kind`` of the run, the day a date in the project's
-    time zone) and latency ``bucket`` (None for calls without a duration): ``calls``,
-    ``succeeded``, ``retries`` (the sum of ``attempts - 1``), ``timed`` (calls with a duration)
-    and ``duration_sum``."""
-    return (
-        tool_calls(window)
-        .annotate(
-            day=TruncDate("run__created_at", tzinfo=timezone.get_current_timezone()),
-            task_kind=F("run__task_kind"),
-            bucket=latency_bucket_sql("duration_ms"),
-        )
-        .values(*by, "bucket")
-        .annotate(
-            calls=Count("id"),
-            succeeded=Count("id", filter=Q(success=True)),
-            retries=Sum(F("attempts") - 1),
-            timed=Count("duration_ms"),
-            duration_sum=Sum("duration_ms"),
-        )
-        .order_by()
-    )
-
-
-def add_tool_counts(into: dict, rows, key: Callable[[dict], Hashable]) -> None:
-    """Add rows of ``tool_call_counts`` (or of DailyToolStats sums) into ``into[key(row)]``:
-    the counts and a ``latency`` histogram {bucket: calls}."""
-    for row in rows:
-        totals = into.get(k := key(row))
-        if totals is None:
-            totals = into[k] = {**dict.fromkeys(DailyToolStats.COUNTS, 0), "latency": Counter()}
-        for name in DailyToolStats.COUNTS:
-            totals[name] += row.get(name) or 0
-        if row.get("bucket") is not None:
-            totals["latency"][row["bucket"]] += row["timed"]
-
-
-def rollup_latency(rollups: QuerySet[DailyToolStats]) -> list[tuple[str, int, int]]:
-    """(tool, bucket, calls): the latency histograms of the rollup rows added up per tool."""
-    if connection.vendor != "postgresql":
-        return rollup_latency_in_python(rollups)
-    # Added by PostgreSQL: a row per tool and bucket comes back, not every day's histogram.
-    ids, params = rollups.values("id").query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT s.tool_name, h.key::integer, SUM(h.value::bigint)::bigint"
-            f" FROM {DailyToolStats._meta.db_table} s CROSS JOIN LATERAL jsonb_each_text(s.latency) h"
-            f" WHERE s.id IN ({ids}) GROUP BY 1, 2",
-            params,
-        )
-        return cursor.fetchall()
-
-
-def rollup_latency_in_python(rollups: QuerySet[DailyToolStats]) -> list[tuple[str, int, int]]:
-    """The same sums on any database (SQLite, the embedded default, holds little history)."""
-    added: Counter = Counter()
-    for tool, latency in rollups.values_list("tool_name", "latency"):
-        added.update({(tool, int(bucket)): calls for bucket, calls in latency.items()})
-    return [(tool, bucket, calls) for (tool, bucket), calls in added.items()]
-
-
-def tool_stats(window: Window) -> list[dict]:
-    """**Per-tool** figures over the tool calls of the window's runs, most called first:
-
-    - calls: tool-call steps (a cached answer is a call too);
-    - success rate: calls that succeeded / calls;
-    - retries: extra attempts, the sum of ``attempts - 1``;
-    - average latency: the mean ``duration_ms`` of the calls that have one (exact);
-    - latency p50 / p95: **estimates, within 5%**, of the interpolated percentiles
-      (``percentile_cont``) of ``duration_ms``, from a latency histogram (``histogram_percentile``).
-
-    Whole days are read from the DailyToolStats rollups and the partial days at the window's
-    edges are counted live, by the same query that counts the rollups.
-    """
-    found: dict[str, dict] = {}
-    edges, first, last = split_window(window)
-    if first is not None:
-        rollups = _whole_days(DailyToolStats, window, first, last)
-        sums = rollups.values("tool_name").annotate(**{c: Sum(c) for c in DailyToolStats.COUNTS}).order_by()
-        add_tool_counts(found, sums, key=itemgetter("tool_name"))
-        for tool, bucket, calls in rollup_latency(rollups):
-            found[tool]["latency"][bucket] += calls
-    for edge in edges:
-        add_tool_counts(found, tool_call_counts(edge), key=itemgetter("tool_name"))
-    rows = [
-        {
-            "tool_name": tool,
-            "calls": c["calls"],
-            "succeeded": c["succeeded"],
-            "success_rate": _rate(c["succeeded"], c["calls"]),
-            "retries": c["retries"],
-            "avg_ms": _rate(c["duration_sum"], c["timed"]),
-            "p50_ms": histogram_percentile(c["latency"], 0.5),
-            "p95_ms": histogram_percentile(c["latency"], 0.95),
-        }
-        for tool, c in found.items()
-    ]
-    return sorted(rows, key=lambda row: (-row["calls"], row["tool_name"]))
 
 
 # --- strategies ----------------------------------------------------------------------------------
@@ -506,4 +316,4 @@ def strategy_effectiveness(window: Window) -> dict:
         action__in=[StrategyEvent.Action.PROMOTE, StrategyEvent.Action.ROLL_BACK, StrategyEvent.Action.AUTO_ROLL_BACK],
     )
     row = finished.aggregate(finished=Count("id"), improved=Count("id", filter=Q(snapshot__trial__improved=True)))
-    return {**row, "ratio": _rate(row["improved"], row["finished"])}
+    return {**row, "ratio": rate(row["improved"], row["finished"])}

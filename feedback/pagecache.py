@@ -26,7 +26,6 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from functools import wraps
-from typing import Any
 
 from django.conf import settings
 from django.contrib.messages.storage.cookie import CookieStorage
@@ -36,7 +35,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import conditional_escape
 from django.utils.safestring import SafeString, mark_safe
 
-from agentsite.cache import forget_tracked, read_tracked
+from agentsite.cache import read_tracked
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +63,6 @@ def bump_version() -> None:
         cache.incr(VERSION_KEY)
     except ValueError:  # evicted between add and incr: any new value invalidates
         cache.set(VERSION_KEY, time.time_ns(), timeout=None)
-    forget_tracked(cache, [VERSION_KEY])
 
 
 def _pending_messages(request: HttpRequest) -> bool:
@@ -106,19 +104,18 @@ def _render_and_store(key: str, version: int, seconds: float, render: Render) ->
     if response.status_code == 200 and not response.streaming and not response.cookies:
         entry = (version, time.time() + seconds, response.content, dict(response.headers))
         cache.set(key, entry, int(seconds) + STALE_GRACE_SECONDS)
-        forget_tracked(cache, [key])
     return response
 
 
-def wait_for_result(key: str, lock: str, *, accept: Callable[[Any], bool], seconds: float) -> Any | None:
-    """What another request, holding ``lock``, stores under ``key`` (if ``accept`` takes it);
-    None if it gave up without storing one, or took longer than ``seconds``."""
-    deadline = time.monotonic() + seconds
+def _wait_for_entry(key: str, lock: str, version: int) -> Entry | None:
+    """The entry of ``version`` another request, holding ``lock``, stores under ``key``; None if
+    it gave up without storing one, or took longer than RENDER_LOCK_SECONDS."""
+    deadline = time.monotonic() + RENDER_LOCK_SECONDS
     while time.monotonic() < deadline:
         time.sleep(WAIT_STEP_SECONDS)
-        value = cache.get(key)
-        if value is not None and accept(value):
-            return value
+        entry = cache.get(key)
+        if entry is not None and entry[0] == version:
+            return entry
         if cache.get(lock) is None:
             return None  # the other request ended without storing (an error, say)
     return None
@@ -194,7 +191,7 @@ def _cached(
     if current:
         return _response(entry)  # aged, and another request is rendering it again meanwhile
     # Nothing to serve yet and another request is rendering this page: wait for its result.
-    entry = wait_for_result(key, lock, accept=lambda e: e[0] == version, seconds=RENDER_LOCK_SECONDS)
+    entry = _wait_for_entry(key, lock, version)
     return _response(entry) if entry is not None else render()
 
 

@@ -14,7 +14,7 @@ from operator import itemgetter
 from django.db import connection, transaction
 from django.utils import timezone
 
-from feedback import metrics
+from feedback import metrics, tool_metrics
 from feedback.models import DailyRunStats, DailyToolStats, Run
 
 
@@ -41,8 +41,8 @@ def _counted(window: metrics.Window) -> list[DailyRunStats]:
 
 def _counted_tools(window: metrics.Window) -> list[DailyToolStats]:
     found: dict[tuple[date, str, str], dict] = {}
-    rows = metrics.tool_call_counts(window, by=("day", "task_kind", "tool_name"))
-    metrics.add_tool_counts(found, rows, key=itemgetter("day", "task_kind", "tool_name"))
+    rows = tool_metrics.tool_call_counts(window, by=("day", "task_kind", "tool_name"))
+    tool_metrics.add_tool_counts(found, rows, key=itemgetter("day", "task_kind", "tool_name"))
     return [
         DailyToolStats(
             day=day,

@@ -1,6 +1,5 @@
 """The read queries behind the pages."""
 
-import math
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -12,14 +11,12 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     OuterRef,
-    Prefetch,
     Q,
     QuerySet,
     Subquery,
     Value,
 )
 from django.db.models.functions import Coalesce
-from django.utils import timezone
 
 from feedback.models import AppliedStrategy, Evaluation, EvaluationProfile, Run, Step, Strategy
 
@@ -182,144 +179,8 @@ def run_page(
     )
 
 
-def run_steps(run: Run) -> QuerySet[Step]:
-    return run.steps.order_by("index").prefetch_related("attempt_rows")
-
-
-# --- the trace --------------------------------------------------------------------------------
-# The first response of a run page renders this many steps; further pages load on scroll.
-TRACE_PAGE_SIZE = 100
-
-
-@dataclass
-class TracePage:
-    steps: list[Step]
-    # The index to ask for next (``?after=``): the last one shown, or -1 before the first step.
-    last_index: int
-    has_more: bool
-
-
-def trace_page(run: Run, *, after: int = -1, limit: int = TRACE_PAGE_SIZE) -> TracePage:
-    """One page of a run's steps, keyset by step index (an OFFSET would rescan thousands of
-    rows per page). Each step carries its attempts and the sub-agent runs it started, in three
-    queries however many steps there are."""
-    rows = list(
-        run.steps.filter(index__gt=after)
-        .order_by("index")
-        .prefetch_related(
-            "attempt_rows",
-            Prefetch("child_runs", queryset=Run.objects.select_related("task").order_by("id")),
-        )[: limit + 1]
-    )
-    has_more = len(rows) > limit
-    rows = rows[:limit]
-    _place_on_waterfall(run, rows)
-    return TracePage(steps=rows, last_index=rows[-1].index if rows else after, has_more=has_more)
-
-
-def _place_on_waterfall(run: Run, steps: list[Step]) -> None:
-    """Give each step ``bar_at`` (when it started) and ``bar_ms`` (how long it took), in whole
-    milliseconds from the run's start. They never change once the step is written, so neither
-    does the step's HTML; the CSS lays the bars out against the trace's ``--span``
-    (``trace_span_ms``), the one value that moves while the run goes on."""
-    start = run.started_at or run.created_at
-    for step in steps:
-        step.bar_at = max(0, int((step.started_at - start).total_seconds() * 1000)) if step.started_at else 0
-        step.bar_ms = max(0, step.duration_ms or 0)
-
-
-def trace_span_ms(*, started_at: datetime | None, created_at: datetime, finished_at: datetime | None) -> int:
-    """The waterfall's scale: the run's span in milliseconds so far (at least 1), from its start
-    (or creation, before it started) to its end, or to now while it has not ended."""
-    end = finished_at or timezone.now()
-    return max(1, math.ceil((end - (started_at or created_at)).total_seconds() * 1000))
-
-
-def trace_problems(run: Run, *, limit: int = 20) -> list[Step]:
-    """The steps that went wrong (failed calls, failed validation, model errors), for the
-    "jump to" list at the top of the trace: found by query, not by loading every step."""
-    failed = Q(success=False) | Q(validation_status=Step.Validation.FAIL) | Q(kind=Step.Kind.MODEL_ERROR)
-    return list(run.steps.filter(failed).order_by("index").only("index", "kind", "tool_name", "error_class")[:limit])
-
-
 def run_applied_strategies(run: Run) -> QuerySet[AppliedStrategy]:
     return run.applied_strategies.select_related("strategy_version__strategy").order_by("id")
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment else None
-
-
-def step_as_dict(step: Step) -> dict:
-    """A step as the JSON download and "copy as JSON" give it (attempts must be prefetched)."""
-    return {
-        "index": step.index,
-        "turn": step.turn,
-        "kind": step.kind,
-        "thought": step.thought,
-        "tool_name": step.tool_name,
-        "tool_call_id": step.tool_call_id,
-        "arguments": step.arguments,
-        "result": step.result,
-        "error": step.error,
-        "error_class": step.error_class,
-        "error_signature": step.error_signature,
-        "success": step.success,
-        "cached": step.cached,
-        "stale": step.stale,
-        "served_by": step.served_by,
-        "started_at": _iso(step.started_at),
-        "finished_at": _iso(step.finished_at),
-        "duration_ms": step.duration_ms,
-        "tokens_in": step.tokens_in,
-        "tokens_out": step.tokens_out,
-        "validation_status": step.validation_status,
-        "validation": step.validation,
-        "attempts": [
-            {
-                "number": a.number,
-                "started_at": a.started_at.isoformat(),
-                "duration_ms": a.duration_ms,
-                "error": a.error,
-                "error_class": a.error_class,
-                "retryable": a.retryable,
-            }
-            for a in step.attempt_rows.all()
-        ],
-        "child_run_ids": [child.pk for child in step.child_runs.all()],
-    }
-
-
-def run_as_dict(run: Run) -> dict:
-    """The run's header in the JSON download: everything but its steps."""
-    return {
-        "id": run.pk,
-        "task": {"id": run.task_id, "kind": run.task_kind, "text": run.task.text},
-        "parent_id": run.parent_id,
-        "parent_step_id": run.parent_step_id,
-        "status": run.status,
-        "created_at": run.created_at.isoformat(),
-        "started_at": _iso(run.started_at),
-        "finished_at": _iso(run.finished_at),
-        "llm_backend": run.llm_backend,
-        "model_name": run.model_name,
-        "system_prompt": run.system_prompt,
-        "plan": run.plan,
-        "tools_offered": run.tools_offered,
-        "final_output": run.final_output,
-        "error": run.error,
-        "score": run.score,
-        "tokens_in": run.tokens_in,
-        "tokens_out": run.tokens_out,
-        "applied_strategies": [
-            {
-                "strategy_id": a.strategy_version.strategy_id,
-                "version": a.strategy_version.number,
-                "arm": a.arm,
-            }
-            for a in run_applied_strategies(run)
-        ],
-    }
 
 
 def strategy_list(*, status: str = "") -> QuerySet[Strategy]:

@@ -18,9 +18,10 @@ from datetime import UTC, date, datetime
 import pytest
 from django.core.management import call_command
 
-from feedback import metrics
-from feedback.metrics import Window, percentile_cont
+from feedback import metrics, tool_metrics
+from feedback.metrics import Window
 from feedback.models import Evaluation, Run, Step, Task, ToolConfirmation
+from feedback.tool_metrics import percentile_cont
 
 from .factories import make_finished_run
 
@@ -175,7 +176,7 @@ def test_a_human_score_raises_the_intervention_rate(history, reviewer):
 
 
 def test_tool_stats(history):
-    rows = {r["tool_name"]: r for r in metrics.tool_stats(window())}
+    rows = {r["tool_name"]: r for r in tool_metrics.tool_stats(window())}
     assert list(rows) == ["calculator", "read_file", "search"]
     calc, read, search = rows["calculator"], rows["read_file"], rows["search"]
     assert (calc["calls"], calc["succeeded"], calc["retries"]) == (5, 2, 3)
@@ -202,4 +203,4 @@ def test_rates_without_data_are_none_not_zero():
     assert metrics.score_summary(empty)["success_rate"] is None
     assert metrics.repeated_error_summary(empty)["repeated_rate"] is None
     assert metrics.intervention_summary(empty)["rate"] is None
-    assert metrics.tool_stats(empty) == []
+    assert tool_metrics.tool_stats(empty) == []

@@ -13,9 +13,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from feedback import metrics, services, tasks
-from feedback.metrics import Window, latency_bucket, percentile_cont
+from feedback import metrics, services, tasks, tool_metrics
+from feedback.metrics import Window
 from feedback.models import DailyToolStats, Run, Step, Task
+from feedback.tool_metrics import latency_bucket, percentile_cont
 
 from .factories import make_finished_run, make_run
 
@@ -92,7 +93,7 @@ def test_the_rollups_and_live_edges_give_the_figures_of_a_direct_count(history, 
     edges, first, last = metrics.split_window(window)
     assert (len(edges), first, last) == (2, date(2026, 11, 2), date(2026, 11, 5))
     expected = counted_directly(window)
-    rows = metrics.tool_stats(window)
+    rows = tool_metrics.tool_stats(window)
     assert [row["tool_name"] for row in rows] == sorted(expected, key=lambda t: (-expected[t]["calls"], t))
     for row in rows:
         exact = expected[row["tool_name"]]
@@ -108,16 +109,16 @@ def test_the_rollups_and_live_edges_give_the_figures_of_a_direct_count(history, 
 
 
 def test_whole_days_are_read_from_the_rollups_and_edges_counted_live(history):
-    before = {row["tool_name"]: row["calls"] for row in metrics.tool_stats(WINDOW)}
+    before = {row["tool_name"]: row["calls"] for row in tool_metrics.tool_stats(WINDOW)}
     # Written straight to the table, past every refresh: only a live edge sees them at once.
     inside = make_run(created_at=at(3, 10), status=Run.Status.SUCCEEDED)
     on_edge = make_run(created_at=at(5, 8), status=Run.Status.SUCCEEDED)
     for run in (inside, on_edge):
         Step.objects.create(run=run, index=0, kind=Step.Kind.TOOL_CALL, tool_name="calculator", duration_ms=9)
-    calls = {row["tool_name"]: row["calls"] for row in metrics.tool_stats(WINDOW)}
+    calls = {row["tool_name"]: row["calls"] for row in tool_metrics.tool_stats(WINDOW)}
     assert calls == {**before, "calculator": before["calculator"] + 1}
     call_command("rebuild_daily_stats")
-    calls = {row["tool_name"]: row["calls"] for row in metrics.tool_stats(WINDOW)}
+    calls = {row["tool_name"]: row["calls"] for row in tool_metrics.tool_stats(WINDOW)}
     assert calls == {**before, "calculator": before["calculator"] + 2}
 
 
@@ -130,15 +131,15 @@ def test_the_database_buckets_durations_as_python_does():
     Step.objects.bulk_create(
         Step(run=run, index=i, kind=Step.Kind.TOOL_CALL, tool_name="t", duration_ms=ms) for i, ms in enumerate(edges)
     )
-    in_database = dict(run.steps.values_list("duration_ms", metrics.latency_bucket_sql("duration_ms")))
+    in_database = dict(run.steps.values_list("duration_ms", tool_metrics.latency_bucket_sql("duration_ms")))
     assert in_database == {ms: latency_bucket(ms) for ms in edges}
 
 
 def test_postgresql_and_the_portable_path_add_the_histograms_alike(history):
     rollups = DailyToolStats.objects.filter(day__gte=date(2026, 11, 2), day__lt=date(2026, 11, 5))
     assert connection.vendor == "postgresql" and rollups.count() > 5
-    in_postgres = metrics.rollup_latency(rollups)
-    assert sorted(in_postgres) == sorted(metrics.rollup_latency_in_python(rollups))
+    in_postgres = tool_metrics.rollup_latency(rollups)
+    assert sorted(in_postgres) == sorted(tool_metrics.rollup_latency_in_python(rollups))
     assert sum(calls for _, _, calls in in_postgres) == sum(rollups.values_list("timed", flat=True))
 
 
@@ -225,7 +226,7 @@ def test_the_metrics_page_reads_the_tools_in_the_same_few_queries_however_many_s
         add_tool_steps(run, rng, 5)
     call_command("rebuild_daily_stats")
     html, few_steps = render()
-    calls = {row["tool_name"]: row["calls"] for row in metrics.tool_stats(Window.last(365))}
+    calls = {row["tool_name"]: row["calls"] for row in tool_metrics.tool_stats(Window.last(365))}
     assert sum(calls.values()) == 5 * len(runs)
     assert f'<code>{TOOLS[0]}</code></td><td class="num">{calls[TOOLS[0]]}</td>' in html
     assert 'id="tool-latency-note"' in html and "within 5% of the exact percentiles" in html
@@ -233,7 +234,7 @@ def test_the_metrics_page_reads_the_tools_in_the_same_few_queries_however_many_s
         add_tool_steps(run, rng, 200)
     call_command("rebuild_daily_stats")
     html, many_steps = render()
-    assert sum(row["calls"] for row in metrics.tool_stats(Window.last(365))) == 205 * len(runs)
+    assert sum(row["calls"] for row in tool_metrics.tool_stats(Window.last(365))) == 205 * len(runs)
     assert many_steps == few_steps <= 20
     client.cookies[settings.LANGUAGE_COOKIE_NAME] = "zh-hans"
     assert "p95（毫秒，估算）" in client.get(reverse("feedback-metrics"), {"days": 365}).content.decode()

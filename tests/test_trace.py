@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from feedback.models import Run, Step, StepAttempt
-from feedback.selectors import TRACE_PAGE_SIZE
+from feedback.traces import TRACE_PAGE_SIZE
 
 from .factories import make_run
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.cache import cache
 
-from agentsite.cache import forget_tracked, read_tracked
+from agentsite.cache import read_tracked
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,6 @@ class CircuitBreaker:
         found = read_tracked(cache, [self._failures_key, self._open_key])
         return BreakerState(found.get(self._failures_key, 0), found.get(self._open_key))
 
-    def _changed(self) -> None:
-        # Redis's invalidation of this process's copy may arrive just after the write's reply.
-        forget_tracked(cache, [self._failures_key, self._open_key])
-
     def is_open(self) -> bool:
         return self.read().open
 
@@ -64,7 +60,6 @@ class CircuitBreaker:
 
     def record_success(self) -> None:
         cache.delete_many([self._failures_key, self._open_key])
-        self._changed()
 
     def record_failure(self) -> None:
         # add-then-incr is atomic on Redis and good enough on the file cache of one machine.
@@ -76,7 +71,6 @@ class CircuitBreaker:
             count = 1
         if count >= self.threshold:
             cache.set(self._open_key, time.time() + self.reset_seconds, timeout=int(self.reset_seconds) + 1)
-        self._changed()
 
     def state(self) -> str:
         seen = self.read()

@@ -48,9 +48,9 @@ class DailyToolStats(models.Model):
     figures of a year read ~365 rows per kind and tool instead of every tool-call step.
 
     A call belongs to the day of its run's ``created_at``, like DailyRunStats, and is counted
-    by the definitions in feedback/metrics.py (``tool_call_counts``), in the same recounts.
+    by the definitions in feedback/tool_metrics.py (``tool_call_counts``), in the same recounts.
     ``latency`` is a histogram of ``duration_ms``: {bucket: calls} with the buckets of
-    ``metrics.latency_bucket`` (each 5% wider than the one before). Histograms add up across
+    ``tool_metrics.latency_bucket`` (each 5% wider than the one before). Histograms add up across
     days and kinds, and the percentiles are estimated from them within 5%.
     """
 

@@ -3,7 +3,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.translation import gettext as _
 
-from feedback import metrics, pagecache
+from feedback import metrics, pagecache, tool_metrics
 from feedback.forms import MetricsFilterForm
 
 
@@ -53,7 +53,7 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
     errors = metrics.repeated_error_trend(window, counts)
     interventions = metrics.intervention_trend(window, counts)
     # From the DailyToolStats rollups too (and the edges live): a year is ~days x tools rows.
-    tools = metrics.tool_stats(window)
+    tools = tool_metrics.tool_stats(window)
     context = {
         "form": form,
         "window": window,

@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from feedback import pagecache, selectors, services
+from feedback import pagecache, selectors, services, traces
 from feedback.forms import RunFilterForm
 from feedback.models import Run
 
@@ -71,14 +71,14 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "filtered": any(v not in (None, "") for k, v in filters.items() if k != "sort"),
         # The less used filters fold away unless one of them is set (or wrong).
         "advanced": any(filters.get(k) not in (None, "") for k in ADVANCED_FILTERS) or bool(form.errors),
-        "first_url": f"?{query.urlencode()}" if query else "?",
-        "next_url": f"?{_with(query, after=page.next_cursor)}" if page.next_cursor else "",
-        "previous_url": f"?{_with(query, before=page.previous_cursor)}" if page.previous_cursor else "",
+        "first_url": _href(query),
+        "next_url": _href(query, after=page.next_cursor) if page.next_cursor else "",
+        "previous_url": _href(query, before=page.previous_cursor) if page.previous_cursor else "",
     }
     if sort == "newest" and not (request.GET.get("after") or request.GET.get("before")):
         # New runs land above the first page of the newest first: it says when there are some.
         first = selectors.run_cursor(page.runs[0]) if page.runs else selectors.BEFORE_ALL_RUNS
-        context["newer"] = _newer(request, 0, poll=f"?{_with(query, newer_than=first)}")
+        context["newer"] = _newer(request, 0, poll=_href(query, newer_than=first))
     return render(request, template, context)
 
 
@@ -89,21 +89,17 @@ def _newer(request: HttpRequest, count: int, *, poll: str = "") -> dict:
         "shown": min(count, selectors.NEWER_RUNS_SHOWN),
         # The poll keeps asking with the same question; the list's own URL shows them.
         "poll": poll or request.get_full_path(),
-        "show_url": _without(request.GET, "newer_than"),
+        "show_url": _href(request.GET, drop="newer_than"),
     }
 
 
-def _without(query: QueryDict, name: str) -> str:
+def _href(query: QueryDict, *, drop: str = "", **values: str) -> str:
+    """A link to the run list with ``query``'s filters, less ``drop``, plus ``values``."""
     query = query.copy()
-    query.pop(name, None)
-    return f"?{query.urlencode()}" if query else "?"
-
-
-def _with(query: QueryDict, **values: str) -> str:
-    query = query.copy()
+    query.pop(drop, None)
     for key, value in values.items():
         query[key] = value
-    return query.urlencode()
+    return f"?{query.urlencode()}" if query else "?"
 
 
 # The run's columns its page changes with: a change of any of them is a new page cache entry, so
@@ -169,7 +165,7 @@ def _timing(
 ) -> dict[str, str]:
     """The run's elapsed time (once it has started) and its waterfall's span, by placeholder name,
     as the page shows them (in the active language, as the floatformat filter would)."""
-    span = selectors.trace_span_ms(created_at=created_at, started_at=started_at, finished_at=finished_at)
+    span = traces.trace_span_ms(created_at=created_at, started_at=started_at, finished_at=finished_at)
     timing = {f"run-{run_id}-span": str(span)}
     if started_at is not None:
         seconds = ((finished_at or timezone.now()) - started_at).total_seconds()
@@ -203,7 +199,7 @@ def _run_detail(request: HttpRequest, run: Run, clock: dict[str, str]) -> HttpRe
         # The trace's tail: the steps after the last one shown, plus the summary and the
         # waterfall's scale out of band. The run was read before its steps, so an ended run's
         # last steps are all in this page.
-        trace = selectors.trace_page(run, after=_int(request.GET["after"]))
+        trace = traces.trace_page(run, after=_int(request.GET["after"]))
         context = {**_summary_context(request, run, trace=trace, **summary), "oob": True}
         context["seen"] = request.GET.get("seen", "")
         return render(request, template + "#trace-more", context)
@@ -211,8 +207,8 @@ def _run_detail(request: HttpRequest, run: Run, clock: dict[str, str]) -> HttpRe
         # The summary polling itself (while the trace's tail is not the live poller).
         context = _summary_context(request, run, trace=None, **summary)
         return render(request, template + "#run-summary", context)
-    trace = selectors.trace_page(run)
-    context = {**_summary_context(request, run, trace=trace, **summary), "problems": selectors.trace_problems(run)}
+    trace = traces.trace_page(run)
+    context = {**_summary_context(request, run, trace=trace, **summary), "problems": traces.trace_problems(run)}
     if request.htmx:
         # A sub-agent run expanded in place inside its parent's trace.
         return render(request, template + "#run-child", context)
@@ -228,7 +224,7 @@ def _int(value: str) -> int:
 
 
 def _summary_context(
-    request: HttpRequest, run: Run, *, nested: bool, trace: selectors.TracePage | None, clock: dict[str, str]
+    request: HttpRequest, run: Run, *, nested: bool, trace: traces.TracePage | None, clock: dict[str, str]
 ) -> dict:
     return {
         "run": run,

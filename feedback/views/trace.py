@@ -7,7 +7,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 
-from feedback import selectors
+from feedback import traces
 from feedback.models import Run
 
 from .runs import _visible_run
@@ -22,7 +22,7 @@ def run_trace_json(request: HttpRequest, run_id: int) -> HttpResponse:
         step = get_object_or_404(
             run.steps.prefetch_related("attempt_rows", "child_runs"), index=_int(request.GET["step"])
         )
-        return JsonResponse(selectors.step_as_dict(step), json_dumps_params={"ensure_ascii": False, "indent": 2})
+        return JsonResponse(traces.step_as_dict(step), json_dumps_params={"ensure_ascii": False, "indent": 2})
     response = StreamingHttpResponse(_stream_trace(run), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-trace.json"'
     return response
@@ -41,13 +41,13 @@ def _dumps(value: object) -> str:
 
 def _stream_trace(run: Run) -> Iterator[str]:
     """``{...run..., "steps": [...]}`` written a batch of steps at a time, keyset by index."""
-    header = selectors.run_as_dict(run)
+    header = traces.run_as_dict(run)
     yield _dumps(header)[:-1] + ', "steps": ['
     after, first = -1, True
     while True:
-        page = selectors.trace_page(run, after=after, limit=STREAM_BATCH)
+        page = traces.trace_page(run, after=after, limit=STREAM_BATCH)
         for step in page.steps:
-            yield ("" if first else ",") + "\n" + _dumps(selectors.step_as_dict(step))
+            yield ("" if first else ",") + "\n" + _dumps(traces.step_as_dict(step))
             first = False
         if not page.has_more:
             break
