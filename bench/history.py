@@ -22,6 +22,7 @@ from django.db import connection, transaction
 
 from feedback import roles
 from feedback.models import Strategy, StrategyVersion, Task
+from feedback.strategies.injection import strategies_changed
 
 KINDS = [Task.Kind.EMAIL_TRIAGE, Task.Kind.FILE_ANALYSIS, Task.Kind.ARITHMETIC, Task.Kind.GENERAL]
 KIND_WEIGHTS = [40, 30, 20, 10]
@@ -145,6 +146,7 @@ def _strategies(rng: random.Random, count: int, since: datetime) -> list[tuple[i
             usable.append((versions[-1].pk, "active"))
         elif status == Strategy.Status.TRIAL:
             usable += [(versions[-1].pk, "treatment"), (versions[-1].pk, "control")]
+    strategies_changed()  # the update() above sent no signal
     return usable
 
 

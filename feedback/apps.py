@@ -8,6 +8,7 @@ class FeedbackConfig(AppConfig):
 
     def ready(self) -> None:
         from feedback import auth, roles  # noqa: F401 (auth: its signal receivers)
+        from feedback.strategies import injection  # noqa: F401 (its signal receivers)
 
         post_migrate.connect(roles.ensure_groups, sender=self)
         post_migrate.connect(_ensure_tool_settings, sender=self)

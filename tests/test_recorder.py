@@ -1,5 +1,6 @@
-"""The recorder writes each step whole, under the worker's lease, and tells the loop the run's
-counter and cancel flag as the write left them."""
+"""The recorder writes each step whole, under the worker's lease, at the index it counted, and
+tells the loop the run's cancel flag as the write saw it. The run's counters are the recorder's:
+they reach the run row with its updates and the heartbeat."""
 
 import json
 import subprocess
@@ -34,7 +35,8 @@ def test_a_step_and_its_attempts_are_written_together(run):
         Attempt(1, started, 900, "mail to ann@example.com timed out", "ToolTimeout", True),
         Attempt(2, started + timedelta(seconds=1), 40),
     ]
-    step = Recorder(run, LEASE).step(
+    record = Recorder(run, LEASE)
+    step = record.step(
         tries, turn=1, kind=Step.Kind.TOOL_CALL, tool_name="send", tool_call_id="c1",
         arguments={"to": "ann@example.com", "n": 1.5}, result={"ok": True}, success=True, tokens_in=7,
     )  # fmt: skip
@@ -48,8 +50,22 @@ def test_a_step_and_its_attempts_are_written_together(run):
          "error_class": "ToolTimeout", "retryable": True},
         {"number": 2, "error": "", "error_class": "", "retryable": False},
     ]  # fmt: skip
+    assert record.counters() == {"step_count": 1, "tokens_in": 7, "tokens_out": 0}
+    record.update_run(status=Run.Status.SUCCEEDED)  # the run's counters come with its changes
     run.refresh_from_db()
-    assert (run.step_count, run.tokens_in) == (1, 7)
+    assert (run.step_count, run.tokens_in, run.status) == (1, 7, Run.Status.SUCCEEDED)
+
+
+def test_a_call_that_succeeded_at_once_is_its_own_record(run):
+    # Attempt rows are kept once an attempt failed (as above); a clean call is its step.
+    step = Recorder(run, LEASE).step(
+        [Attempt(1, timezone.now(), 3)], turn=1, kind=Step.Kind.TOOL_CALL, tool_name="noop", success=True
+    )
+    assert Step.objects.get(pk=step.pk).attempts == 1 and not StepAttempt.objects.filter(step=step).exists()
+    failed = Recorder(run, LEASE).step(
+        [Attempt(1, timezone.now(), 3, "no such file", "ToolError")], turn=2, kind=Step.Kind.TOOL_CALL, success=False
+    )
+    assert list(failed.attempt_rows.values_list("number", "error")) == [(1, "no such file")]
 
 
 def _sample(field):
@@ -97,7 +113,13 @@ def test_indices_are_contiguous_and_the_counter_follows(run):
     steps = [record.step(turn=1, kind=Step.Kind.THOUGHT, thought=f"t{i}") for i in range(4)]
     assert [s.index for s in steps] == [0, 1, 2, 3]
     assert list(run.steps.order_by("index").values_list("thought", flat=True)) == ["t0", "t1", "t2", "t3"]
-    assert record.step_count == Run.objects.get(pk=run.pk).step_count == 4
+    assert record.step_count == 4
+    # Another worker resuming the run counts from the steps, whatever the run row says.
+    Run.objects.filter(pk=run.pk).update(step_count=1, tokens_in=0)
+    assert Recorder(run, LEASE).progress() == (4, False)
+    resumed = Recorder(run, LEASE)
+    assert resumed.step(turn=2, kind=Step.Kind.THOUGHT, thought="t4", tokens_in=5).index == 4
+    assert resumed.counters() == {"step_count": 5, "tokens_in": 5, "tokens_out": 0}
 
 
 def test_a_worker_that_lost_its_lease_cannot_write(run):
@@ -106,8 +128,9 @@ def test_a_worker_that_lost_its_lease_cannot_write(run):
     Run.objects.filter(pk=run.pk).update(worker="worker-b")  # the reaper gave the run away
     with pytest.raises(LeaseLost):
         record.step(turn=2, kind=Step.Kind.THOUGHT, thought="too late")
-    run.refresh_from_db()
-    assert run.step_count == 1 and list(run.steps.values_list("thought", flat=True)) == ["mine"]
+    assert list(run.steps.values_list("thought", flat=True)) == ["mine"]
+    with pytest.raises(LeaseLost):
+        record.update_run(status=Run.Status.SUCCEEDED)
 
 
 def test_a_run_that_is_no_longer_running_takes_no_step(run):
@@ -130,19 +153,19 @@ def test_the_loop_learns_the_counter_and_a_cancel_from_the_write(run, django_ass
 
 
 def test_an_unknown_field_is_refused_before_anything_is_written(run):
+    record = Recorder(run, LEASE)
     with pytest.raises(TypeError):
-        Recorder(run, LEASE).step(turn=1, kind=Step.Kind.THOUGHT, mood="cheerful")
-    run.refresh_from_db()
-    assert run.step_count == 0
+        record.step(turn=1, kind=Step.Kind.THOUGHT, mood="cheerful")
+    assert not run.steps.exists() and not record.counters().get("step_count")
 
 
 def test_an_overlong_value_is_refused_not_cut(run):
     from django.db import DataError, transaction
 
+    record = Recorder(run, LEASE)
     with pytest.raises(DataError), transaction.atomic():
-        Recorder(run, LEASE).step(turn=1, kind=Step.Kind.TOOL_CALL, error_class="E" * 101)
-    run.refresh_from_db()
-    assert run.step_count == 0 and not run.steps.exists()
+        record.step(turn=1, kind=Step.Kind.TOOL_CALL, error_class="E" * 101)
+    assert record.step_count == 0 and not run.steps.exists()
 
 
 EMBEDDED_RUN = """
@@ -174,4 +197,76 @@ def test_a_run_completes_on_the_embedded_database(tmp_path):
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["status"] == "succeeded" and seen["output"].endswith("= 79")
     assert seen["indices"] == list(range(seen["step_count"])) and seen["step_count"] >= 2
-    assert seen["attempts"] >= 1
+    assert seen["attempts"] == 0  # the calculator answered at once: its step is its record
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_write_waits_for_whoever_takes_the_run_and_then_stops():
+    # The reaper takes a run under its advisory lock; a write started meanwhile waits for the
+    # reaper's commit and then finds the lease gone. Without the lock it would have read the
+    # run as still its own (the reaper's change not committed yet) and written the step.
+    import threading
+
+    from django.db import connection, transaction
+
+    from feedback.agent.recorder import hold_run_from_step_writes
+
+    if connection.vendor != "postgresql":
+        pytest.fail("the advisory lock is PostgreSQL's; this test needs PostgreSQL")
+    run = make_run(status=Run.Status.RUNNING, worker=LEASE)
+    record = Recorder(run, LEASE)
+    record.step(turn=1, kind=Step.Kind.THOUGHT, thought="mine")
+    taken, order = threading.Event(), []
+
+    def reaper():
+        try:
+            with transaction.atomic():
+                hold_run_from_step_writes(run.pk)
+                Run.objects.filter(pk=run.pk).update(status=Run.Status.QUEUED, worker="")
+                taken.set()
+                # Long enough for the write below to be waiting on the lock.
+                threading.Event().wait(0.5)
+                order.append("reaper committed")
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=reaper)
+    thread.start()
+    assert taken.wait(10)
+    with pytest.raises(LeaseLost):
+        record.step(turn=2, kind=Step.Kind.THOUGHT, thought="too late")
+    order.append("write refused")
+    thread.join(10)
+    assert order == ["reaper committed", "write refused"]
+    assert list(run.steps.values_list("thought", flat=True)) == ["mine"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_heartbeat_brings_the_run_row_its_counters_and_never_lowers_them():
+    import time
+
+    from feedback.agent.recorder import COUNTERS_EVERY_SECONDS, Heartbeat
+
+    run = make_run(status=Run.Status.RUNNING, worker=LEASE)
+    record = Recorder(run, LEASE)
+    for i in range(3):
+        record.step(turn=i, kind=Step.Kind.THOUGHT, thought=f"t{i}", tokens_out=2)
+    heartbeat = Heartbeat(run.pk, LEASE)
+    heartbeat.counters = record.counters
+    heartbeat.start()
+    try:
+        deadline = time.monotonic() + 10 * COUNTERS_EVERY_SECONDS
+        while Run.objects.get(pk=run.pk).step_count != 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert Run.objects.values_list("step_count", "tokens_out").get(pk=run.pk) == (3, 6)
+        # A beat computed before the run's last write lands after it: it cannot lower the counts.
+        Run.objects.filter(pk=run.pk).update(step_count=5, tokens_out=10)
+        heartbeat.counters = lambda: {"step_count": 4, "tokens_in": 0, "tokens_out": 8}
+        beaten = Run.objects.get(pk=run.pk).heartbeat_at
+        deadline = time.monotonic() + 10 * COUNTERS_EVERY_SECONDS
+        while Run.objects.get(pk=run.pk).heartbeat_at == beaten and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert Run.objects.values_list("step_count", "tokens_out").get(pk=run.pk) == (5, 10)
+    finally:
+        heartbeat.stop()
+        heartbeat.join(5)

@@ -16,6 +16,8 @@ from django.utils import timezone
 
 from feedback.models import Run
 
+from .recorder import hold_run_from_step_writes
+
 
 def reap_stale_runs() -> list[int]:
     from feedback.tasks import queue_after_commit, run_execute_task
@@ -28,6 +30,8 @@ def reap_stale_runs() -> list[int]:
     requeued = []
     for run_id in Run.objects.filter(stale_running | stale_queued).values_list("pk", flat=True)[:500]:
         with transaction.atomic():
+            # A step write in flight finishes first, and none starts under the old lease after.
+            hold_run_from_step_writes(run_id)
             # Re-checked in the UPDATE: a worker that beat in the meantime keeps its run.
             moved = Run.objects.filter(Q(pk=run_id) & (stale_running | stale_queued)).update(
                 status=Run.Status.QUEUED, worker="", heartbeat_at=timezone.now()

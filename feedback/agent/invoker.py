@@ -73,13 +73,17 @@ def _finite_float(text: str) -> float:
     return value
 
 
+# Built once: json.loads with these hooks builds a new decoder at every call.
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
 def strict_json(raw: str) -> Any:
     """json.loads without NaN, Infinity or overflowing numbers (PostgreSQL's jsonb refuses them),
     within a size bound, and without the RecursionError of absurdly deep nesting."""
     if len(raw) > MAX_ARGUMENTS_CHARS:
         raise ValueError(f"longer than {MAX_ARGUMENTS_CHARS} characters")
     try:
-        return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+        return _STRICT_DECODER.decode(raw)
     except RecursionError:
         raise ValueError("nested too deeply") from None
 

@@ -131,6 +131,8 @@ class AgentLoop:
         # _prepare writes the system prompt before any step or confirmation exists: a run
         # without one has neither, and its first turn needs no reads of them.
         fresh = not self.run.system_prompt
+        if fresh:
+            self.record.start_fresh()
         self._prepare()
         self.record.steps = [] if fresh else recorded_steps(self.run)
         if not fresh:
@@ -365,7 +367,9 @@ def execute_run(run_id: int, *, model: ChatModel | None = None, tools: dict[str,
     heartbeat = Heartbeat(run_id, lease)
     heartbeat.start()
     try:
-        AgentLoop(run, lease=lease, model=model, tools=tools).execute()
+        agent = AgentLoop(run, lease=lease, model=model, tools=tools)
+        heartbeat.counters = agent.record.counters
+        agent.execute()
     except Paused:
         pass
     except LeaseLost:

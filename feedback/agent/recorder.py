@@ -1,11 +1,15 @@
 """Writes a run's steps as they happen, under the worker's lease.
 
-Each step, its attempts and the run's step counter are written in one transaction, with the run
-row locked, so a step is never half-written and indices stay contiguous. A worker that lost its
-lease (the reaper gave the run to another worker) can no longer write: LeaseLost stops it.
+Each step and its attempts are written in one transaction, at the index the worker counted:
+only the lease holder writes a run's steps, and the unique (run, index) constraint refuses a
+second step at any index, so a step is never half-written and indices stay contiguous. A worker
+that lost its lease (the reaper gave the run to another worker) can no longer write: LeaseLost
+stops it.
 
-On PostgreSQL that transaction is one call of a function, sent in one round trip; the counter it
-returns, with the run's cancel flag, is what the loop checks at the next turn.
+On PostgreSQL that transaction is one call of a function, sent in one round trip, that checks
+the lease under the run's advisory lock (see migration 0010) and returns the run's cancel flag,
+which the loop checks at the next turn. The run's counters (steps, tokens) are the recorder's:
+the heartbeat writes them at most once a second, and ``update_run`` with every change of the run.
 """
 
 import json
@@ -17,11 +21,14 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, models, transaction
+from django.db.models import F, Max, Sum, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from feedback.logging import current_step
@@ -82,15 +89,12 @@ def new_lease() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
-# On PostgreSQL the whole write is one call of a function (migration 0007 says why): the run's
-# counter claimed under the lease, then the step and its attempts inserted from JSON, in one
-# statement and one round trip where BEGIN, the UPDATE, two INSERTs and COMMIT took five.
-_WRITE_STEP = (
-    "SELECT * FROM feedback_write_step(%s::bigint, %s::text, %s::text, %s::timestamptz, %s::integer, %s::integer,"
-    " %s::jsonb, %s::jsonb)"
-)
-# Elsewhere (SQLite), the same claim as a statement of its own: the UPDATE locks the run row
-# until the step is committed (so indices stay contiguous) and returns the counter and cancel flag.
+# On PostgreSQL the whole write is one call of a function (migrations 0007 and 0010 say why): the
+# lease checked under the run's advisory lock, then the step and its attempts inserted from JSON,
+# in one statement and one round trip.
+_WRITE_STEP = "SELECT * FROM feedback_write_step(%s::bigint, %s::text, %s::text, %s::integer, %s::jsonb, %s::jsonb)"
+# Elsewhere (SQLite), the lease is claimed by a statement of its own: the UPDATE locks the run row
+# (SQLite has one writer) until the step is committed and returns the counter and cancel flag.
 _NEXT_INDEX = (
     f"UPDATE {Run._meta.db_table} SET step_count = step_count + 1, heartbeat_at = %s,"
     " tokens_in = tokens_in + %s, tokens_out = tokens_out + %s"
@@ -100,16 +104,38 @@ _STEP_FIELDS = [f for f in Step._meta.concrete_fields if f.name not in ("id", "r
 _ATTEMPT_FIELDS = [f for f in StepAttempt._meta.concrete_fields if f.name not in ("id", "step")]
 
 
-def _record(values: dict[str, Any], fields: list[models.Field]) -> dict[str, Any]:
+def _columns(fields: list[models.Field]) -> list[tuple[str, str, bool]]:
+    return [(f.attname, f.column, isinstance(f, models.DateTimeField)) for f in fields]
+
+
+_STEP_COLUMNS = _columns(_STEP_FIELDS)
+_ATTEMPT_COLUMNS = _columns(_ATTEMPT_FIELDS)
+
+
+def _record(values: dict[str, Any], columns: list[tuple[str, str, bool]]) -> dict[str, Any]:
     """Field values as jsonb_populate_record reads a row: by column, timestamps in ISO 8601 (with
     their offset), JSON fields as they are (anything else JSON cannot hold fails, as in the ORM)."""
     record = {}
-    for f in fields:
-        value = values[f.attname]
-        if value is not None and isinstance(f, models.DateTimeField):
-            value = value.isoformat()
-        record[f.column] = value
+    for attname, column, is_time in columns:
+        value = values[attname]
+        record[column] = value.isoformat() if is_time and value is not None else value
     return record
+
+
+def hold_run_from_step_writes(run_id: int) -> None:
+    """Wait for a step write in flight on ``run_id`` and keep new ones out until the caller's
+    transaction ends: whatever takes a run from its worker calls this first (see migration 0010).
+    SQLite has a single writer: a write in flight has already committed or not started."""
+    assert connection.in_atomic_block, "the lock is held until the transaction ends"
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [run_id])
+
+
+def _kept_attempts(tries: list) -> list:
+    """The attempt rows a step keeps: every attempt, once one failed. A call that succeeded at
+    once is its step (the model's calls were always recorded so)."""
+    return tries if any(t.error for t in tries) else []
 
 
 def _attempt_fields(attempt: Attempt | LLMAttempt) -> dict[str, Any]:
@@ -130,11 +156,15 @@ class Recorder:
         # The steps of the run, when the loop has loaded them: every step written here is
         # appended, so the conversation is rebuilt without reading them back each turn.
         self.steps: list[Step] | None = None
-        # The run's counter and cancel flag as last read or returned by a step write; None
-        # until then. Only this lease writes the run's steps, so the counter stays exact.
+        # The index of the next step (the run's step count) and its token totals; None until
+        # read from the steps or set for a fresh run. Only this lease writes the run's steps, so
+        # the counts stay exact; the run row gets them from ``counters``.
         self.step_count: int | None = None
+        self.tokens_in = self.tokens_out = 0
+        # The run's cancel flag as last read or returned by a step write.
         self.cancel_requested = False
         self._written_since_progress = False
+        self._step_cursor, self._cursor_of = None, None
 
     def progress(self) -> tuple[int, bool]:
         """The run's step count and whether a person asked to cancel it: as the last step
@@ -155,9 +185,37 @@ class Recorder:
         return self.step_count, self.cancel_requested
 
     def _read_progress(self) -> None:
-        self.step_count, self.cancel_requested = Run.objects.values_list("step_count", "cancel_requested").get(
-            pk=self.run.pk
+        if self.step_count is not None:
+            self.cancel_requested = Run.objects.values_list("cancel_requested", flat=True).get(pk=self.run.pk)
+            return
+        # Counted from the steps themselves: a worker that died may have left the run's
+        # counters up to a second behind.
+        seen = (
+            Run.objects.filter(pk=self.run.pk)
+            .values("cancel_requested")
+            .annotate(last=Max("steps__index"), read_in=Sum("steps__tokens_in"), read_out=Sum("steps__tokens_out"))
+            .get()
         )
+        self.cancel_requested = seen["cancel_requested"]
+        self.step_count = 0 if seen["last"] is None else seen["last"] + 1
+        self.tokens_in, self.tokens_out = seen["read_in"] or 0, seen["read_out"] or 0
+
+    def start_fresh(self) -> None:
+        """The run was just claimed, not cancelled, and has no steps yet (no system prompt
+        either): nothing to count or read before its first turn."""
+        self.step_count, self.tokens_in, self.tokens_out = 0, 0, 0
+        self._written_since_progress = True
+
+    def counters(self) -> dict[str, int]:
+        """The run's counters as this worker knows them (empty until it does)."""
+        if self.step_count is None:
+            return {}
+        return {"step_count": self.step_count, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out}
+
+    def _counted(self, step: Step) -> None:
+        self.step_count = step.index + 1
+        self.tokens_in += step.tokens_in
+        self.tokens_out += step.tokens_out
 
     def step(self, tries: list[Attempt] | list[LLMAttempt] = (), **fields: Any) -> Step:
         """Write the next step; ``tries`` are its attempt rows (tool or model call).
@@ -177,9 +235,9 @@ class Recorder:
                 # gets, and a step already there means a failed attempt committed after all.
                 if attempt > 1 and (existing := self.run.steps.filter(index=self.step_count).first()):
                     step = existing
-                    self._read_progress()
                 else:
-                    self._write_step(step, tries)
+                    self._write_step(step, _kept_attempts(tries))
+                self._counted(step)
                 break
             except (OperationalError, InterfaceError):
                 if connection.in_atomic_block or attempt == DB_WRITE_ATTEMPTS:
@@ -197,30 +255,37 @@ class Recorder:
         """Insert ``step`` (unsaved) at the run's next index, with its attempt rows."""
         if connection.vendor != "postgresql":
             return self._write_step_in_a_transaction(step, tries)
-        attempts = [_record(_attempt_fields(a), _ATTEMPT_FIELDS) for a in tries]
+        attempts = [_record(_attempt_fields(a), _ATTEMPT_COLUMNS) for a in tries]
+        step.index = self.step_count
         params = [
             self.run.pk,
             self.lease,
             Run.Status.RUNNING,
-            timezone.now(),
-            step.tokens_in,
-            step.tokens_out,
+            step.index,
             # JSON text, cast to jsonb in the call: psycopg's Jsonb adapter took three times as
             # long to quote the same documents.
-            json.dumps(_record(vars(step), _STEP_FIELDS)),
+            json.dumps(_record(vars(step), _STEP_COLUMNS)),
             json.dumps(attempts),
         ]
         # Inside a caller's transaction (a test's), a savepoint keeps a failed write from
         # aborting it, as before; alone, the statement is its own transaction.
         savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
-        with savepoint, connection.cursor() as cursor:
+        with savepoint:
+            cursor = self._cursor()
             cursor.execute(_WRITE_STEP, params)
             row = cursor.fetchone()
         if row is None:
             raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
-        step.pk, step.index, self.cancel_requested = row
+        step.pk, self.cancel_requested = row
         step._state.adding, step._state.db = False, connection.alias
-        self.step_count = step.index + 1
+
+    def _cursor(self) -> Any:
+        """The run's cursor, kept while its connection lasts: opening one per step cost a third
+        as much as the statement it sends."""
+        if self._cursor_of is None or self._cursor_of is not connection.connection:
+            self._step_cursor = connection.cursor()
+            self._cursor_of = connection.connection
+        return self._step_cursor
 
     def _write_step_in_a_transaction(self, step: Step, tries: list) -> None:
         # SQLite (the embedded default) has no such function: the same writes, one by one.
@@ -236,7 +301,7 @@ class Recorder:
             step.save(force_insert=True)
             if tries:
                 StepAttempt.objects.bulk_create(StepAttempt(step=step, **_attempt_fields(a)) for a in tries)
-        self.step_count, self.cancel_requested = owner[0], bool(owner[1])
+        self.cancel_requested = bool(owner[1])
 
     def tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str = "") -> Step:
         finished = outcome.finished_at or timezone.now()
@@ -265,6 +330,7 @@ class Recorder:
 
     def update_run(self, **fields: Any) -> None:
         fields = {k: storable(v) if k in _MASKED_RUN_FIELDS else v for k, v in fields.items()}
+        fields.update(self.counters())
         if not Run.objects.filter(pk=self.run.pk, worker=self.lease).update(**fields):
             raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
         for name, value in fields.items():
@@ -272,20 +338,34 @@ class Recorder:
                 setattr(self.run, name, value)
 
 
+# How often at most a running run's counters are written to its row (its step count and tokens,
+# as the run list and the run's page show them).
+COUNTERS_EVERY_SECONDS = 1.0
+
+
 class Heartbeat(threading.Thread):
-    """Tells the reaper the run's worker is alive, even during a long model call or tool."""
+    """Tells the reaper the run's worker is alive, even during a long model call or tool, and
+    writes the run's counters (``counters``: a callable, set once the loop exists) when they
+    changed, at most once a second."""
 
     def __init__(self, run_id: int, lease: str) -> None:
         super().__init__(daemon=True, name=f"heartbeat-{run_id}")
         self.run_id, self.lease = run_id, lease
+        self.counters: Callable[[], dict[str, int]] | None = None
         self._stop_event = threading.Event()
 
     def run(self) -> None:
+        every = min(COUNTERS_EVERY_SECONDS, settings.RUN_HEARTBEAT_SECONDS)
+        beaten, written = time.monotonic(), {}
         try:
-            while not self._stop_event.wait(settings.RUN_HEARTBEAT_SECONDS):
+            while not self._stop_event.wait(every):
+                counters = self.counters() if self.counters is not None else {}
+                if counters == written and time.monotonic() - beaten < settings.RUN_HEARTBEAT_SECONDS:
+                    continue
                 close_old_connections()
                 try:
-                    Run.objects.filter(pk=self.run_id, worker=self.lease).update(heartbeat_at=timezone.now())
+                    self._beat(counters)
+                    beaten, written = time.monotonic(), counters
                 except (OperationalError, InterfaceError):
                     # A dropped connection must not silence the beat: the reaper would take
                     # the run from a live worker. Reconnect at the next beat.
@@ -293,6 +373,11 @@ class Heartbeat(threading.Thread):
                     connection.close()
         finally:
             connection.close()
+
+    def _beat(self, counters: dict[str, int]) -> None:
+        # Greatest: the loop's own last write (the run's end) may land first; counts only grow.
+        fields = {name: Greatest(F(name), Value(value)) for name, value in counters.items()}
+        Run.objects.filter(pk=self.run_id, worker=self.lease).update(heartbeat_at=timezone.now(), **fields)
 
     def stop(self) -> None:
         self._stop_event.set()

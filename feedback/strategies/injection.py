@@ -2,8 +2,16 @@
 trial strategy in the arm the run is assigned to. The run records what it got."""
 
 import hashlib
+import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+
+from agentsite.cache import read_tracked
 from feedback.models import AppliedStrategy, Run, Strategy, StrategyVersion
 
 from .conditions import matches
@@ -49,15 +57,8 @@ def select(run: Run, *, exclude: int | None = None) -> Injection:
     measurement; that one applies in the treatment arm and is withheld in the control arm.
     """
     injection = Injection()
-    live = (
-        Strategy.objects.filter(status__in=[Strategy.Status.ACTIVE, Strategy.Status.TRIAL])
-        .exclude(current_version=None)
-        .select_related("current_version")
-        .only(*_INJECTED_FIELDS)
-        .order_by("pk")
-    )
     trials = []
-    for strategy in live:
+    for strategy in _live_strategies():
         version = strategy.current_version
         if strategy.pk == exclude or not matches(version.condition, task_kind=run.task_kind, text=run.task.text):
             continue
@@ -69,6 +70,54 @@ def select(run: Run, *, exclude: int | None = None) -> Injection:
         strategy = trials[_position(0, run.pk) % len(trials)]
         injection.add(strategy.current_version, trial_arm(strategy.pk, run.pk, strategy.trial_fraction))
     return injection
+
+
+# Every run starts by selecting its strategies, and they change a few times a day: a process keeps
+# the live ones while the shared version key keeps the value it had when they were read. On Redis
+# that key is read from memory until it changes (agentsite/cache.py), so a run starts without a
+# query for them, and a change made anywhere is seen by the next run everywhere.
+LIVE_VERSION_KEY = "strategies:live-version"
+_live: tuple[Any, list[Strategy]] | None = None
+
+
+def _live_strategies() -> list[Strategy]:
+    global _live
+    version = read_tracked(cache, [LIVE_VERSION_KEY]).get(LIVE_VERSION_KEY)
+    if version is None:
+        # First use, or the cache was emptied: a new version, so no process keeps what it had.
+        cache.add(LIVE_VERSION_KEY, uuid.uuid4().hex, timeout=None)
+        version = cache.get(LIVE_VERSION_KEY)
+    if version is not None and _live is not None and _live[0] == version:
+        return _live[1]
+    # Read after the version: a change that commits in between bumps it again after the read.
+    strategies = list(
+        Strategy.objects.filter(status__in=[Strategy.Status.ACTIVE, Strategy.Status.TRIAL])
+        .exclude(current_version=None)
+        .select_related("current_version")
+        .only(*_INJECTED_FIELDS)
+        .order_by("pk")
+    )
+    _live = (version, strategies) if version is not None else None
+    return strategies
+
+
+def strategies_changed() -> None:
+    """Make every process read the live strategies again. Called for every save and delete of a
+    strategy or a version (below); a ``QuerySet.update()`` of them must call it too."""
+    _bump()
+    # Again once the change commits: a process that read the strategies in between, before the
+    # change was visible, would keep the old ones under the first new version.
+    transaction.on_commit(_bump)
+
+
+def _bump() -> None:
+    cache.set(LIVE_VERSION_KEY, uuid.uuid4().hex, timeout=None)
+
+
+@receiver([post_save, post_delete], sender=Strategy)
+@receiver([post_save, post_delete], sender=StrategyVersion)
+def _strategy_saved(**kwargs: Any) -> None:
+    strategies_changed()
 
 
 def _position(salt: int, run_id: int) -> int:

@@ -17,6 +17,7 @@ from feedback.agent.guardrails import check_guardrails
 from feedback.models import Strategy, StrategyEvent, StrategyVersion
 
 from .conditions import check_condition
+from .injection import strategies_changed
 
 _PAST = {"approve": "approved", "reject": "rejected", "promote": "promoted", "roll_back": "rolled back",
          "auto_roll_back": "rolled back"}  # fmt: skip
@@ -72,6 +73,7 @@ def strategy_approve(
         if not 0 < trial_fraction < 1:
             raise ValidationError("The trial fraction must be between 0 and 1 (exclusive).")
         Strategy.objects.filter(pk=strategy.pk, status=Strategy.Status.PROPOSED).update(trial_fraction=trial_fraction)
+        strategies_changed()
     return _transition(strategy.pk, Strategy.Status.TRIAL, StrategyEvent.Action.APPROVE, reviewer, reason)
 
 

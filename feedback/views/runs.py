@@ -4,6 +4,7 @@ from datetime import UTC, datetime
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db import connection
+from django.db.models import OuterRef, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import floatformat
@@ -13,7 +14,7 @@ from django.views.decorators.http import require_POST
 
 from feedback import pagecache, selectors, services, traces
 from feedback.forms import RunFilterForm
-from feedback.models import Run
+from feedback.models import Run, Step
 
 RUNS_PER_PAGE = 50
 ADVANCED_FILTERS = ("score_min", "score_max", "tool", "error", "strategy", "since", "until")
@@ -102,10 +103,11 @@ def _href(query: QueryDict, *, drop: str = "", **values: str) -> str:
     return f"?{query.urlencode()}" if query else "?"
 
 
-# The run's columns its page changes with: a change of any of them is a new page cache entry, so
-# it shows at once. A new step counts in step_count and its tokens come in the same write; the
-# final answer and the error with the status; the plan's update comes just before its step, but
-# a plan item marked failed just after one; llm_backend is written when the run starts, after
+# What the run's page changes with: a change of any of it is a new page cache entry, so it shows
+# at once. First the index of the run's last step (read from the unique (run, index) index: the
+# run row's counters follow the steps up to a second later, and its tokens come with them); the
+# final answer and the error come with the status; the plan's update comes just before its step,
+# but a plan item marked failed just after one; llm_backend is written when the run starts, after
 # its model, prompt, tools and strategies. The times make the elapsed time and the waterfall.
 RUN_STATE = (
     "status", "step_count", "cancel_requested", "score", "plan", "llm_backend",
@@ -117,7 +119,9 @@ RUN_STATE = (
 def _run_state_sql() -> str:
     # Read on every request, from the cache or not: the ORM's SQL is built once, as building it
     # cost more than the rest of a page served from the cache.
-    sql, _params = Run.objects.filter(pk=0).values_list(*RUN_STATE).query.sql_with_params()
+    last_step = Step.objects.filter(run=OuterRef("pk")).order_by("-index").values("index")[:1]
+    runs = Run.objects.filter(pk=0).annotate(last_step=Subquery(last_step))
+    sql, _params = runs.values_list("last_step", *RUN_STATE).query.sql_with_params()
     return sql
 
 
@@ -145,19 +149,26 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     state = _run_state(run_id)
     if state is None:
         raise Http404
-    created_at, started_at, finished_at = state[-3:]
+    last_step, created_at, started_at, finished_at = state[0], *state[-3:]
     # While the run has not ended its elapsed time and its waterfall's scale move with the clock:
     # the page holds placeholders, and every response, cached or not, gets the values of now.
     clock = {} if finished_at else _timing(run_id, created_at=created_at, started_at=started_at, finished_at=None)
     return pagecache.cached(
         request,
         "run-detail",
-        lambda: _run_detail(request, _visible_run(request, run_id), clock),
+        lambda: _run_detail(request, _counted(_visible_run(request, run_id), last_step), clock),
         vary=state,
         # An ended run's page changes without its state while its evaluation may still arrive.
         seconds=pagecache.RECENTLY_ENDED_PAGE_CACHE_SECONDS if recently_ended(finished_at) else None,
         fill=clock,
     )
+
+
+def _counted(run: Run, last_step: int | None) -> Run:
+    """``run`` with its step count as its steps have it (its row's follows them within a second)."""
+    if last_step is not None:
+        run.step_count = max(run.step_count, last_step + 1)
+    return run
 
 
 def _timing(
