@@ -15,8 +15,6 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
-from django.db.models import F
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from feedback.logging import current_run, current_step
@@ -29,7 +27,7 @@ from .guardrails import Decision, Guardrails
 from .invoker import Outcome, invoke, parse_arguments, strict_json
 from .llm import ChatModel, LLMAttempt, LLMReply, ToolCall, complete_with_retries, get_model
 from .prompts import build_system_prompt
-from .recorder import Heartbeat, LeaseLost, Recorder, drop_broken_connection, new_lease, storable
+from .recorder import Heartbeat, LeaseLost, Recorder, claim_run, drop_broken_connection, new_lease, storable
 from .reflection import reflect
 from .retrieval import select_tools
 from .tools import Tool, ToolContext, ToolError, enabled_tools
@@ -352,13 +350,9 @@ def execute_run(run_id: int, *, model: ChatModel | None = None, tools: dict[str,
     """Claim a queued run and drive it until it ends or waits. Returns quietly if another
     worker has it: only a conditional update from "queued" claims a run."""
     lease = new_lease()
-    now = timezone.now()
-    claimed = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, cancel_requested=False).update(
-        status=Run.Status.RUNNING, worker=lease, heartbeat_at=now, started_at=Coalesce(F("started_at"), now)
-    )
-    if claimed != 1:
+    if not claim_run(run_id, lease):
         Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, cancel_requested=True).update(
-            status=Run.Status.CANCELLED, finished_at=now, error="Cancelled by a user."
+            status=Run.Status.CANCELLED, finished_at=timezone.now(), error="Cancelled by a user."
         )
         return
     parent_run = current_run.get()
