@@ -20,11 +20,14 @@ What the figures include:
 
 - **history**: `generate_history` (COPY, seed 7, one year) plus the rollups and VACUUM ANALYZE.
 - **loop**: after a warm-up run, 3 rounds of one engine run then one batch of 500 bare INSERTs,
-  taking turns; the best round of each. In one process: claim, lease, heartbeat thread,
-  tool invoker (JSON Schema; the breaker's state in Redis, read from the process's memory
+  taking turns; the best round of each. In one process: claim, lease, heartbeat thread (which
+  writes the run's counters at most once a second), strategy selection (the live strategies kept
+  while their shared version key is unchanged), tool invoker (JSON Schema, the call on a thread
+  of the tool pool with its timeout; the breaker's state in Redis, read from the process's memory
   while Redis's `CLIENT TRACKING` reports it unchanged), each step committed under the lease (on
-  PostgreSQL one call of the `feedback_write_step` function: the step, its attempts and the
-  run's counter), run end (which queues the evaluation). Baseline: one committed single-row INSERT of a step (raw SQL).
+  PostgreSQL one call of the `feedback_write_step` function: the lease checked under the run's
+  advisory lock, the step, and its attempt rows when an attempt failed), run end (which queues
+  the evaluation). Baseline: one committed single-row INSERT of a step (raw SQL).
   The peer: LangGraph's `create_react_agent` with `PostgresSaver`, same model stand-in and tool.
 - **worker**: one `celery worker --pool threads` process on the Redis broker. Runs per second
   include each run's evaluation task (queued when the run ends, taken by the same worker).
