@@ -362,3 +362,34 @@ def test_offline_triage_with_replies_waits_for_a_person(demo_workspace, reviewer
     assert run.status == Run.Status.SUCCEEDED
     assert "Replied to 2; 1 reply(ies) not sent." in run.final_output
     assert run.steps.filter(tool_name="send_reply", success=True).count() == 2
+
+
+def test_a_run_is_loaded_with_its_task_workspace_and_parent_as_the_orm_loads_them(
+    demo_workspace, django_assert_num_queries
+):
+    from datetime import UTC, datetime
+
+    from feedback.agent.loop import load_run
+
+    parent = make_run(text="Delegate", kind=Task.Kind.FILE_ANALYSIS, workspace=demo_workspace)
+    run = make_run(
+        text="Summarise report.txt", kind=Task.Kind.FILE_ANALYSIS, workspace=demo_workspace, parent=parent,
+        plan=[{"title": "Read", "status": "in_progress"}], tools_offered=["read_text_file"], cancel_requested=True,
+        started_at=datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC), score=0.5, step_count=3,
+    )  # fmt: skip
+    with django_assert_num_queries(1):
+        loaded = load_run(run.pk)
+        chain = [loaded, loaded.task, loaded.task.workspace, loaded.parent]
+    expected = Run.objects.select_related("task", "task__workspace", "parent").get(pk=run.pk)
+
+    def values(obj):
+        return {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields}
+
+    for got, want in zip(chain, [expected, expected.task, expected.task.workspace, expected.parent], strict=True):
+        assert type(got) is type(want) and values(got) == values(want) and not got._state.adding
+    assert loaded.plan == [{"title": "Read", "status": "in_progress"}] and loaded.cancel_requested is True
+    # A run with no parent and a task with no workspace: the joins find nothing.
+    alone = load_run(make_run().pk)
+    assert alone.parent is None and alone.task.workspace is None and alone.task.text == "What is 2 + 2?"
+    with pytest.raises(Run.DoesNotExist):
+        load_run(10**12)
