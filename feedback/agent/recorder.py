@@ -27,7 +27,16 @@ from contextlib import nullcontext
 from typing import Any
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, close_old_connections, connection, models, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    connections,
+    models,
+    transaction,
+)
 from django.db.models import F, Max, Sum, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -123,6 +132,33 @@ def _record(values: dict[str, Any], columns: list[tuple[str, str, bool]]) -> dic
     return record
 
 
+@functools.cache
+def _step_template() -> tuple[list[Any], list[tuple[int, Any]], dict[str, int], int]:
+    fields = Step._meta.concrete_fields
+    constant = [None if f.has_default() and callable(f.default) else f.get_default() for f in fields]
+    made = [(i, f.get_default) for i, f in enumerate(fields) if f.has_default() and callable(f.default)]
+    positions = {name: i for i, f in enumerate(fields) for name in (f.name, f.attname)}
+    return constant, made, positions, positions["run"]
+
+
+def _new_step(run: Run, fields: dict[str, Any]) -> Step:
+    """``Step(run=run, **fields)`` by position, the way the ORM makes the rows it reads: the
+    keyword path cost as much as the rest of the step's Python."""
+    constant, made, positions, run_position = _step_template()
+    values = list(constant)
+    for i, get_default in made:
+        values[i] = get_default()
+    for name, value in fields.items():
+        position = positions.get(name)
+        if position is None or position == run_position:
+            raise TypeError(f"Step() got an unexpected keyword argument {name!r}")
+        values[position] = value
+    values[run_position] = run.pk
+    step = Step(*values)
+    Step.run.field.set_cached_value(step, run)
+    return step
+
+
 def hold_run_from_step_writes(run_id: int) -> None:
     """Wait for a step write in flight on ``run_id`` and keep new ones out until the caller's
     transaction ends: whatever takes a run from its worker calls this first (see migration 0010).
@@ -166,6 +202,9 @@ class Recorder:
         self.cancel_requested = False
         self._written_since_progress = False
         self._step_cursor, self._cursor_of = None, None
+        # This thread's connection itself: ``django.db.connection`` looks it up at every use,
+        # a dozen times a step.
+        self.db = connections[DEFAULT_DB_ALIAS]
 
     def progress(self) -> tuple[int, bool]:
         """The run's step count and whether a person asked to cancel it: as the last step
@@ -227,7 +266,7 @@ class Recorder:
         fields.setdefault("attempts", max(1, len(tries)))
         # Personal data and secrets never reach the database (the tool already had the real values).
         fields.update({k: storable(fields[k]) for k in _MASKED_STEP_FIELDS if k in fields})
-        step = Step(run=self.run, **fields)
+        step = _new_step(self.run, fields)
         for attempt in range(1, DB_WRITE_ATTEMPTS + 1):
             try:
                 if self.step_count is None:
@@ -254,7 +293,8 @@ class Recorder:
 
     def _write_step(self, step: Step, tries: list) -> None:
         """Insert ``step`` (unsaved) at the run's next index, with its attempt rows."""
-        if connection.vendor != "postgresql":
+        db = self.db
+        if db.vendor != "postgresql":
             return self._write_step_in_a_transaction(step, tries)
         attempts = [_record(_attempt_fields(a), _ATTEMPT_COLUMNS) for a in tries]
         step.index = self.step_count
@@ -270,7 +310,7 @@ class Recorder:
         ]
         # Inside a caller's transaction (a test's), a savepoint keeps a failed write from
         # aborting it, as before; alone, the statement is its own transaction.
-        savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
+        savepoint = transaction.atomic() if db.in_atomic_block else nullcontext()
         with savepoint:
             cursor = self._cursor()
             cursor.execute(_WRITE_STEP, params)
@@ -278,14 +318,14 @@ class Recorder:
         if row is None:
             raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
         step.pk, self.cancel_requested = row
-        step._state.adding, step._state.db = False, connection.alias
+        step._state.adding, step._state.db = False, db.alias
 
     def _cursor(self) -> Any:
         """The run's cursor, kept while its connection lasts: opening one per step cost a third
         as much as the statement it sends."""
-        if self._cursor_of is None or self._cursor_of is not connection.connection:
-            self._step_cursor = connection.cursor()
-            self._cursor_of = connection.connection
+        if self._cursor_of is None or self._cursor_of is not self.db.connection:
+            self._step_cursor = self.db.cursor()
+            self._cursor_of = self.db.connection
         return self._step_cursor
 
     def _write_step_in_a_transaction(self, step: Step, tries: list) -> None:
