@@ -30,6 +30,8 @@ TRACKED_BYTES = 64 * 1024 * 1024
 # A server that refuses tracking (an older Redis, a managed one that forbids CLIENT) is asked
 # again after this long; meanwhile tracked reads are plain reads, without a connection attempt.
 REFUSED_RETRY_SECONDS = 60
+# Tracked keys remembered as the key function made them, per cache object (one per thread).
+MADE_KEYS = 4096
 
 
 class Tracker:
@@ -190,12 +192,23 @@ class RedisCache(DjangoRedisCache):
     def __init__(self, server, params) -> None:
         super().__init__(server, params)
         self._class = RedisCacheClient
+        self._made_keys: dict[tuple[str, int | None], str] = {}
 
     def get_many_tracked(self, keys: list[str], version: int | None = None) -> dict[str, Any]:
         """``get_many`` for keys read far more often than written, answered from memory while
         Redis reports no change to them (see the module's docstring)."""
-        made = {self.make_and_validate_key(key, version=version): key for key in keys}
+        made = {self._tracked_key(key, version): key for key in keys}
         return {made[k]: v for k, v in self._cache.get_many_tracked(list(made)).items()}
+
+    def _tracked_key(self, key: str, version: int | None) -> str:
+        # Remembered: the same few keys are read before every tool call, and making one (the
+        # key function, then a check of every character) cost as much as reading it from memory.
+        made = self._made_keys.get((key, version))
+        if made is None:
+            if len(self._made_keys) >= MADE_KEYS:
+                self._made_keys.clear()
+            made = self._made_keys[key, version] = self.make_and_validate_key(key, version=version)
+        return made
 
 
 def read_tracked(cache, keys: list[str]) -> dict[str, Any]:
