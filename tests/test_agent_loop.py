@@ -369,7 +369,7 @@ def test_a_run_is_loaded_with_its_task_workspace_and_parent_as_the_orm_loads_the
 ):
     from datetime import UTC, datetime
 
-    from feedback.agent.loop import load_run
+    from feedback.agent.lease import load_run
 
     parent = make_run(text="Delegate", kind=Task.Kind.FILE_ANALYSIS, workspace=demo_workspace)
     run = make_run(

@@ -12,8 +12,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from feedback.agent.invoker import Attempt
+from feedback.agent.lease import LeaseLost
 from feedback.agent.llm import LLMAttempt
-from feedback.agent.recorder import LeaseLost, Recorder
+from feedback.agent.recorder import Recorder
 from feedback.models import Run, Step, StepAttempt
 from feedback.privacy import email_pseudonym
 
@@ -209,7 +210,7 @@ def test_a_step_write_waits_for_whoever_takes_the_run_and_then_stops():
 
     from django.db import connection, transaction
 
-    from feedback.agent.recorder import hold_run_from_step_writes
+    from feedback.agent.lease import hold_run_from_step_writes
 
     if connection.vendor != "postgresql":
         pytest.fail("the advisory lock is PostgreSQL's; this test needs PostgreSQL")
@@ -245,7 +246,7 @@ def test_a_step_write_waits_for_whoever_takes_the_run_and_then_stops():
 def test_the_heartbeat_brings_the_run_row_its_counters_and_never_lowers_them():
     import time
 
-    from feedback.agent.recorder import COUNTERS_EVERY_SECONDS, Heartbeat
+    from feedback.agent.lease import COUNTERS_EVERY_SECONDS, Heartbeat
 
     run = make_run(status=Run.Status.RUNNING, worker=LEASE)
     record = Recorder(run, LEASE)

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from feedback.models import Run
 
-from .recorder import hold_run_from_step_writes
+from .lease import hold_run_from_step_writes
 
 
 def reap_stale_runs() -> list[int]:

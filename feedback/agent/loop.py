@@ -6,30 +6,29 @@ starts, so a run resumes from its last recorded step after its worker is killed 
 confirmation; while it runs, each turn's messages are appended to it.
 """
 
-import functools
 import json
 import logging
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from feedback.logging import current_run, current_step
-from feedback.models import Run, Step, Task, ToolConfirmation, Workspace
+from feedback.models import Run, Step, Task, ToolConfirmation
 from feedback.privacy import mask_text
 from feedback.strategies import injection as strategy_injection
 
 from .conversation import Conversation, recorded_steps
 from .guardrails import Decision, Guardrails
 from .invoker import Outcome, invoke, parse_arguments, strict_json
+from .lease import Heartbeat, LeaseLost, claim_run, load_run, new_lease
 from .llm import ChatModel, LLMAttempt, LLMReply, ToolCall, complete_with_retries, get_model
 from .prompts import build_system_prompt
-from .recorder import Heartbeat, LeaseLost, Recorder, claim_run, drop_broken_connection, new_lease, storable
+from .recorder import Recorder, drop_broken_connection, storable
 from .reflection import reflect
 from .retrieval import select_tools
 from .tools import Tool, ToolContext, ToolError, enabled_tools
@@ -377,61 +376,6 @@ def execute_run(run_id: int, *, model: ChatModel | None = None, tools: dict[str,
         heartbeat.stop()
         current_run.set(parent_run)
         current_step.set(None)
-
-
-# The run as its loop needs it: with its task, the task's workspace and its parent run.
-_LOADED = ((Run, "r"), (Task, "t"), (Workspace, "w"), (Run, "p"))
-
-
-@functools.cache
-def _run_loader() -> tuple[str, list[tuple[int, list, Any]]]:
-    """The SELECT of ``load_run`` and each column's converters, as the ORM would apply them;
-    built once per process: compiling the same query with select_related took the ORM longer than
-    four steps of a zero-latency run."""
-    quote = connection.ops.quote_name
-    columns, converters = [], []
-    for model, alias in _LOADED:
-        for field in model._meta.concrete_fields:
-            col = field.get_col(alias)
-            found = connection.ops.get_db_converters(col) + field.get_db_converters(connection)
-            if found:
-                converters.append((len(columns), found, col))
-            columns.append(f"{alias}.{quote(field.column)}")
-    table = {alias: quote(model._meta.db_table) for model, alias in _LOADED}
-    sql = (
-        f"SELECT {', '.join(columns)} FROM {table['r']} r"
-        f" INNER JOIN {table['t']} t ON t.{quote('id')} = r.{quote('task_id')}"
-        f" LEFT OUTER JOIN {table['w']} w ON w.{quote('id')} = t.{quote('workspace_id')}"
-        f" LEFT OUTER JOIN {table['p']} p ON p.{quote('id')} = r.{quote('parent_id')}"
-        f" WHERE r.{quote('id')} = %s"
-    )
-    return sql, converters
-
-
-def load_run(run_id: int) -> Run:
-    """``Run.objects.select_related("task", "task__workspace", "parent").get(pk=run_id)``, from
-    SQL built once (see ``_run_loader``)."""
-    sql, converters = _run_loader()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [run_id])
-        row = cursor.fetchone()
-    if row is None:
-        raise Run.DoesNotExist(f"run {run_id} does not exist")
-    row = list(row)
-    for position, found, col in converters:
-        for converter in found:
-            row[position] = converter(row[position], col, connection)
-    loaded, start = [], 0
-    for model, _alias in _LOADED:
-        fields = model._meta.concrete_fields
-        values = row[start : start + len(fields)]
-        start += len(fields)
-        # A LEFT JOIN that found nothing reads as a row of NULLs, primary key included.
-        loaded.append(model.from_db(connection.alias, [f.attname for f in fields], values) if values[0] else None)
-    run, task, workspace, parent = loaded
-    task.workspace = workspace
-    run.task, run.parent = task, parent
-    return run
 
 
 def _fail_crashed_run(run_id: int, lease: str, exc: Exception) -> None:

@@ -16,29 +16,21 @@ import functools
 import json
 import logging
 import math
-import os
 import re
-import socket
-import threading
 import time
-import uuid
-from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
-from django.conf import settings
 from django.db import (
     DEFAULT_DB_ALIAS,
     InterfaceError,
     OperationalError,
-    close_old_connections,
     connection,
     connections,
     models,
     transaction,
 )
-from django.db.models import F, Max, Sum, Value
-from django.db.models.functions import Greatest
+from django.db.models import Max, Sum
 from django.utils import timezone
 
 from feedback.logging import current_step
@@ -47,6 +39,7 @@ from feedback.privacy import mask_text
 
 from .errors import error_signature
 from .invoker import Attempt, Outcome
+from .lease import LeaseLost
 from .llm import LLMAttempt, ToolCall
 
 logger = logging.getLogger(__name__)
@@ -91,24 +84,16 @@ def storable(value: Any) -> Any:
     return value
 
 
-class LeaseLost(Exception):
-    """Another worker owns this run now; this one must stop without writing."""
-
-
-def new_lease() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-
-
 # On PostgreSQL the whole write is one call of a function (migrations 0007 and 0010 say why): the
 # lease checked under the run's advisory lock, then the step and its attempts inserted from JSON,
 # in one statement and one round trip.
 _WRITE_STEP = "SELECT * FROM feedback_write_step(%s::bigint, %s::text, %s::text, %s::integer, %s::jsonb, %s::jsonb)"
-# Elsewhere (SQLite), the lease is claimed by a statement of its own: the UPDATE locks the run row
-# (SQLite has one writer) until the step is committed and returns the counter and cancel flag.
-_NEXT_INDEX = (
-    f"UPDATE {Run._meta.db_table} SET step_count = step_count + 1, heartbeat_at = %s,"
-    " tokens_in = tokens_in + %s, tokens_out = tokens_out + %s"
-    " WHERE id = %s AND worker = %s AND status = %s RETURNING step_count, cancel_requested"
+# Elsewhere (SQLite), the lease is checked by a statement of its own: the UPDATE takes the
+# database's one write lock until the step is committed and returns the cancel flag. The index is
+# the recorder's count there too, and the run's counters come as on PostgreSQL.
+_CHECK_LEASE = (
+    f"UPDATE {Run._meta.db_table} SET heartbeat_at = %s"
+    " WHERE id = %s AND worker = %s AND status = %s RETURNING cancel_requested"
 )
 _STEP_FIELDS = [f for f in Step._meta.concrete_fields if f.name not in ("id", "run", "index")]
 _ATTEMPT_FIELDS = [f for f in StepAttempt._meta.concrete_fields if f.name not in ("id", "step")]
@@ -157,16 +142,6 @@ def _new_step(run: Run, fields: dict[str, Any]) -> Step:
     step = Step(*values)
     Step.run.field.set_cached_value(step, run)
     return step
-
-
-def hold_run_from_step_writes(run_id: int) -> None:
-    """Wait for a step write in flight on ``run_id`` and keep new ones out until the caller's
-    transaction ends: whatever takes a run from its worker calls this first (see migration 0010).
-    SQLite has a single writer: a write in flight has already committed or not started."""
-    assert connection.in_atomic_block, "the lock is held until the transaction ends"
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [run_id])
 
 
 def _kept_attempts(tries: list) -> list:
@@ -316,9 +291,12 @@ class Recorder:
             cursor.execute(_WRITE_STEP, params)
             row = cursor.fetchone()
         if row is None:
-            raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
+            raise self._lost()
         step.pk, self.cancel_requested = row
         step._state.adding, step._state.db = False, db.alias
+
+    def _lost(self) -> LeaseLost:
+        return LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
 
     def _cursor(self) -> Any:
         """The run's cursor, kept while its connection lasts: opening one per step cost a third
@@ -330,19 +308,18 @@ class Recorder:
 
     def _write_step_in_a_transaction(self, step: Step, tries: list) -> None:
         # SQLite (the embedded default) has no such function: the same writes, one by one.
-        claim = [timezone.now(), step.tokens_in, step.tokens_out, self.run.pk, self.lease, Run.Status.RUNNING]
         with transaction.atomic():
             with connection.cursor() as cursor:
-                cursor.execute(_NEXT_INDEX, claim)
+                cursor.execute(_CHECK_LEASE, [timezone.now(), self.run.pk, self.lease, Run.Status.RUNNING])
                 owner = cursor.fetchone()
             if owner is None:
-                raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
+                raise self._lost()
             # pk None: a retry after a rolled-back attempt inserts afresh.
-            step.pk, step.index = None, owner[0] - 1
+            step.pk, step.index = None, self.step_count
             step.save(force_insert=True)
             if tries:
                 StepAttempt.objects.bulk_create(StepAttempt(step=step, **_attempt_fields(a)) for a in tries)
-        self.cancel_requested = bool(owner[1])
+        self.cancel_requested = bool(owner[0])
 
     def tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str = "") -> Step:
         finished = outcome.finished_at or timezone.now()
@@ -378,24 +355,9 @@ class Recorder:
         with connection.cursor() as cursor:
             cursor.execute(sql, [*params, self.run.pk, self.lease])
             if cursor.rowcount != 1:
-                raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
+                raise self._lost()
         for name, value in fields.items():
             setattr(self.run, name, value)
-
-
-def claim_run(run_id: int, lease: str) -> bool:
-    """Take a queued run that nobody asked to cancel for ``lease``: a conditional update from
-    "queued", so only one worker gets it however many messages asked for it."""
-    now = Run._meta.get_field("heartbeat_at").get_db_prep_save(timezone.now(), connection)
-    quote = connection.ops.quote_name
-    sql = (
-        f"UPDATE {quote(Run._meta.db_table)} SET {quote('status')} = %s, {quote('worker')} = %s,"
-        f" {quote('heartbeat_at')} = %s, {quote('started_at')} = COALESCE({quote('started_at')}, %s)"
-        f" WHERE {quote('id')} = %s AND {quote('status')} = %s AND {quote('cancel_requested')} = %s"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [Run.Status.RUNNING, lease, now, now, run_id, Run.Status.QUEUED, False])
-        return cursor.rowcount == 1
 
 
 @functools.cache
@@ -407,48 +369,3 @@ def _run_update(names: tuple[str, ...]) -> tuple[str, list[models.Field]]:
     assignments = ", ".join(f"{quote(f.column)} = %s" for f in columns)
     where = f"{quote('id')} = %s AND {quote('worker')} = %s"
     return f"UPDATE {quote(Run._meta.db_table)} SET {assignments} WHERE {where}", columns
-
-
-# How often at most a running run's counters are written to its row (its step count and tokens,
-# as the run list and the run's page show them).
-COUNTERS_EVERY_SECONDS = 1.0
-
-
-class Heartbeat(threading.Thread):
-    """Tells the reaper the run's worker is alive, even during a long model call or tool, and
-    writes the run's counters (``counters``: a callable, set once the loop exists) when they
-    changed, at most once a second."""
-
-    def __init__(self, run_id: int, lease: str) -> None:
-        super().__init__(daemon=True, name=f"heartbeat-{run_id}")
-        self.run_id, self.lease = run_id, lease
-        self.counters: Callable[[], dict[str, int]] | None = None
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        every = min(COUNTERS_EVERY_SECONDS, settings.RUN_HEARTBEAT_SECONDS)
-        beaten, written = time.monotonic(), {}
-        try:
-            while not self._stop_event.wait(every):
-                counters = self.counters() if self.counters is not None else {}
-                if counters == written and time.monotonic() - beaten < settings.RUN_HEARTBEAT_SECONDS:
-                    continue
-                close_old_connections()
-                try:
-                    self._beat(counters)
-                    beaten, written = time.monotonic(), counters
-                except (OperationalError, InterfaceError):
-                    # A dropped connection must not silence the beat: the reaper would take
-                    # the run from a live worker. Reconnect at the next beat.
-                    logger.warning("heartbeat: the database connection dropped; reconnecting")
-                    connection.close()
-        finally:
-            connection.close()
-
-    def _beat(self, counters: dict[str, int]) -> None:
-        # Greatest: the loop's own last write (the run's end) may land first; counts only grow.
-        fields = {name: Greatest(F(name), Value(value)) for name, value in counters.items()}
-        Run.objects.filter(pk=self.run_id, worker=self.lease).update(heartbeat_at=timezone.now(), **fields)
-
-    def stop(self) -> None:
-        self._stop_event.set()

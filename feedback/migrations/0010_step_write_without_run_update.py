@@ -14,7 +14,7 @@ Now:
   and a write that starts after it sees the new owner. Advisory locks live in memory: no row
   version, no log record.
 - The run's counters (step_count, tokens) are written by the worker's heartbeat at most once a
-  second, and exactly when the run ends or pauses (agent/recorder.py).
+  second, and exactly when the run ends or pauses (agent/recorder.py, agent/lease.py).
 - Attempt rows are written only when the call had a failed attempt, as model calls already did:
   a call that succeeded at once is its step.
 
