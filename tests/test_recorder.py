@@ -1,6 +1,5 @@
-"""The recorder writes each step whole, under the worker's lease, at the index it counted, and
-tells the loop the run's cancel flag as the write saw it. The run's counters are the recorder's:
-they reach the run row with its updates and the heartbeat."""
+"""The recorder writes each step whole, under the worker's lease, at the index it counted, with
+the run's counters in the same transaction: they always equal the run's steps."""
 
 import json
 import subprocess
@@ -51,8 +50,9 @@ def test_a_step_and_its_attempts_are_written_together(run):
          "error_class": "ToolTimeout", "retryable": True},
         {"number": 2, "error": "", "error_class": "", "retryable": False},
     ]  # fmt: skip
-    assert record.counters() == {"step_count": 1, "tokens_in": 7, "tokens_out": 0}
-    record.update_run(status=Run.Status.SUCCEEDED)  # the run's counters come with its changes
+    # The run's counters are written with the step.
+    assert Run.objects.values_list("step_count", "tokens_in").get(pk=run.pk) == (1, 7)
+    record.update_run(status=Run.Status.SUCCEEDED)
     run.refresh_from_db()
     assert (run.step_count, run.tokens_in, run.status) == (1, 7, Run.Status.SUCCEEDED)
 
@@ -86,7 +86,6 @@ def _sample(field):
 
 @pytest.mark.parametrize("model", [Step, StepAttempt])
 def test_every_field_of_a_step_and_its_attempts_is_stored(run, model):
-    # The PostgreSQL function names every column: a new field must be added to it (in a migration).
     fields = [f for f in model._meta.concrete_fields if f.name not in ("id", "run", "index", "step")]
     values = {f.name: _sample(f) for f in fields}
     if model is Step:
@@ -114,13 +113,13 @@ def test_indices_are_contiguous_and_the_counter_follows(run):
     steps = [record.step(turn=1, kind=Step.Kind.THOUGHT, thought=f"t{i}") for i in range(4)]
     assert [s.index for s in steps] == [0, 1, 2, 3]
     assert list(run.steps.order_by("index").values_list("thought", flat=True)) == ["t0", "t1", "t2", "t3"]
-    assert record.step_count == 4
+    assert record.step_count == 4 == Run.objects.get(pk=run.pk).step_count
     # Another worker resuming the run counts from the steps, whatever the run row says.
     Run.objects.filter(pk=run.pk).update(step_count=1, tokens_in=0)
     assert Recorder(run, LEASE).progress() == (4, False)
     resumed = Recorder(run, LEASE)
     assert resumed.step(turn=2, kind=Step.Kind.THOUGHT, thought="t4", tokens_in=5).index == 4
-    assert resumed.counters() == {"step_count": 5, "tokens_in": 5, "tokens_out": 0}
+    assert Run.objects.values_list("step_count", "tokens_in").get(pk=run.pk) == (5, 5)
 
 
 def test_a_worker_that_lost_its_lease_cannot_write(run):
@@ -141,23 +140,22 @@ def test_a_run_that_is_no_longer_running_takes_no_step(run):
     assert not run.steps.exists()
 
 
-def test_the_loop_learns_the_counter_and_a_cancel_from_the_write(run, django_assert_num_queries):
+def test_each_turn_reads_the_cancel_flag_once(run, django_assert_num_queries):
     record = Recorder(run, LEASE)
+    record.start_fresh()
     with django_assert_num_queries(1):
-        assert record.progress() == (0, False)  # nothing written yet: read
-    Run.objects.filter(pk=run.pk).update(cancel_requested=True)  # while the turn ran
+        assert record.progress() == (0, False)
     record.step(turn=1, kind=Step.Kind.THOUGHT, thought="x")
-    with django_assert_num_queries(0):
-        assert record.progress() == (1, True)
+    Run.objects.filter(pk=run.pk).update(cancel_requested=True)  # while the turn ran
     with django_assert_num_queries(1):
-        assert record.progress() == (1, True)  # no write since: read again
+        assert record.progress() == (1, True)
 
 
 def test_an_unknown_field_is_refused_before_anything_is_written(run):
     record = Recorder(run, LEASE)
     with pytest.raises(TypeError):
         record.step(turn=1, kind=Step.Kind.THOUGHT, mood="cheerful")
-    assert not run.steps.exists() and not record.counters().get("step_count")
+    assert not run.steps.exists() and not record.step_count
 
 
 def test_an_overlong_value_is_refused_not_cut(run):
@@ -189,7 +187,7 @@ print(json.dumps({
 
 
 def test_a_run_completes_on_the_embedded_database(tmp_path):
-    # SQLite takes the step writes one statement at a time, in a transaction.
+    # The embedded default: the same ORM writes, on SQLite.
     env = {"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "agentsite.settings", "VAR_DIR": str(tmp_path)}
     out = subprocess.run(
         [sys.executable, "-c", EMBEDDED_RUN], cwd=settings.BASE_DIR, env=env, capture_output=True, text=True
@@ -201,38 +199,46 @@ def test_a_run_completes_on_the_embedded_database(tmp_path):
     assert seen["attempts"] == 0  # the calculator answered at once: its step is its record
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_step_write_waits_for_whoever_takes_the_run_and_then_stops():
-    # The reaper takes a run under its advisory lock; a write started meanwhile waits for the
-    # reaper's commit and then finds the lease gone. Without the lock it would have read the
-    # run as still its own (the reaper's change not committed yet) and written the step.
+def _in_thread(work):
+    """Run ``work`` in a thread of its own (so on a connection of its own)."""
     import threading
 
-    from django.db import connection, transaction
+    from django.db import connection
 
-    from feedback.agent.lease import hold_run_from_step_writes
+    done = {}
 
-    if connection.vendor != "postgresql":
-        pytest.fail("the advisory lock is PostgreSQL's; this test needs PostgreSQL")
+    def target():
+        try:
+            done["result"] = work()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, done
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_write_waits_for_whoever_takes_the_run_and_then_stops():
+    # The reaper's UPDATE holds the run's row until it commits; a write started meanwhile waits
+    # for that commit and then finds the run no longer its worker's.
+    import threading
+
+    from django.db import transaction
+
     run = make_run(status=Run.Status.RUNNING, worker=LEASE)
     record = Recorder(run, LEASE)
     record.step(turn=1, kind=Step.Kind.THOUGHT, thought="mine")
     taken, order = threading.Event(), []
 
     def reaper():
-        try:
-            with transaction.atomic():
-                hold_run_from_step_writes(run.pk)
-                Run.objects.filter(pk=run.pk).update(status=Run.Status.QUEUED, worker="")
-                taken.set()
-                # Long enough for the write below to be waiting on the lock.
-                threading.Event().wait(0.5)
-                order.append("reaper committed")
-        finally:
-            connection.close()
+        with transaction.atomic():
+            Run.objects.filter(pk=run.pk).update(status=Run.Status.QUEUED, worker="")
+            taken.set()
+            threading.Event().wait(0.5)  # long enough for the write below to be waiting
+            order.append("reaper committed")
 
-    thread = threading.Thread(target=reaper)
-    thread.start()
+    thread, _ = _in_thread(reaper)
     assert taken.wait(10)
     with pytest.raises(LeaseLost):
         record.step(turn=2, kind=Step.Kind.THOUGHT, thought="too late")
@@ -243,31 +249,45 @@ def test_a_step_write_waits_for_whoever_takes_the_run_and_then_stops():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_heartbeat_brings_the_run_row_its_counters_and_never_lowers_them():
+def test_the_reaper_waits_for_a_step_write_in_flight_and_leaves_the_run_to_its_worker(settings):
+    import threading
+    from datetime import timedelta
+
+    from django.db import transaction
+
+    from feedback.agent.checkpoint import reap_stale_runs
+
+    settings.RUN_STALE_AFTER_SECONDS = 60
+    run = make_run(status=Run.Status.RUNNING, worker=LEASE, heartbeat_at=timezone.now() - timedelta(minutes=5))
+    record = Recorder(run, LEASE)
+    record.start_fresh()
+    with transaction.atomic():
+        record._write_step(Step(run=run, index=0, turn=1, kind=Step.Kind.THOUGHT, thought="mine"), [])
+        # The reaper saw the run as stale (this write is not committed yet) and waits on its row.
+        thread, done = _in_thread(reap_stale_runs)
+        threading.Event().wait(0.5)
+        assert thread.is_alive()
+    thread.join(10)
+    assert done["result"] == []
+    assert Run.objects.values_list("status", "worker", "step_count").get(pk=run.pk) == (Run.Status.RUNNING, LEASE, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_heartbeat_keeps_the_lease_alive(settings):
     import time
 
-    from feedback.agent.lease import COUNTERS_EVERY_SECONDS, Heartbeat
+    from feedback.agent.lease import Heartbeat
 
+    settings.RUN_HEARTBEAT_SECONDS = 0.1
     run = make_run(status=Run.Status.RUNNING, worker=LEASE)
-    record = Recorder(run, LEASE)
-    for i in range(3):
-        record.step(turn=i, kind=Step.Kind.THOUGHT, thought=f"t{i}", tokens_out=2)
+    beaten = Run.objects.get(pk=run.pk).heartbeat_at
     heartbeat = Heartbeat(run.pk, LEASE)
-    heartbeat.counters = record.counters
     heartbeat.start()
     try:
-        deadline = time.monotonic() + 10 * COUNTERS_EVERY_SECONDS
-        while Run.objects.get(pk=run.pk).step_count != 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert Run.objects.values_list("step_count", "tokens_out").get(pk=run.pk) == (3, 6)
-        # A beat computed before the run's last write lands after it: it cannot lower the counts.
-        Run.objects.filter(pk=run.pk).update(step_count=5, tokens_out=10)
-        heartbeat.counters = lambda: {"step_count": 4, "tokens_in": 0, "tokens_out": 8}
-        beaten = Run.objects.get(pk=run.pk).heartbeat_at
-        deadline = time.monotonic() + 10 * COUNTERS_EVERY_SECONDS
+        deadline = time.monotonic() + 10 * settings.RUN_HEARTBEAT_SECONDS
         while Run.objects.get(pk=run.pk).heartbeat_at == beaten and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert Run.objects.values_list("step_count", "tokens_out").get(pk=run.pk) == (5, 10)
+        assert Run.objects.get(pk=run.pk).heartbeat_at != beaten
     finally:
         heartbeat.stop()
         heartbeat.join(5)

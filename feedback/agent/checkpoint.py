@@ -16,8 +16,6 @@ from django.utils import timezone
 
 from feedback.models import Run
 
-from .lease import hold_run_from_step_writes
-
 
 def reap_stale_runs() -> list[int]:
     from feedback.tasks import queue_after_commit, run_execute_task
@@ -30,9 +28,9 @@ def reap_stale_runs() -> list[int]:
     requeued = []
     for run_id in Run.objects.filter(stale_running | stale_queued).values_list("pk", flat=True)[:500]:
         with transaction.atomic():
-            # A step write in flight finishes first, and none starts under the old lease after.
-            hold_run_from_step_writes(run_id)
-            # Re-checked in the UPDATE: a worker that beat in the meantime keeps its run.
+            # Re-checked in the UPDATE: a worker that beat in the meantime keeps its run. A step
+            # write in flight holds the row until it commits (with a fresh heartbeat): this waits
+            # for it, and a write started after this finds the run no longer its worker's.
             moved = Run.objects.filter(Q(pk=run_id) & (stale_running | stale_queued)).update(
                 status=Run.Status.QUEUED, worker="", heartbeat_at=timezone.now()
             )

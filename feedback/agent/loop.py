@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from feedback.logging import current_run, current_step
@@ -28,7 +28,7 @@ from .invoker import Outcome, invoke, parse_arguments, strict_json
 from .lease import Heartbeat, LeaseLost, claim_run, load_run, new_lease
 from .llm import ChatModel, LLMAttempt, LLMReply, ToolCall, complete_with_retries, get_model
 from .prompts import build_system_prompt
-from .recorder import Recorder, drop_broken_connection, storable
+from .recorder import Recorder, retrying, storable
 from .reflection import reflect
 from .retrieval import select_tools
 from .tools import Tool, ToolContext, ToolError, enabled_tools
@@ -115,9 +115,8 @@ class AgentLoop:
         return ""
 
     def _finish(self, status: str, *, output: str = "", error: str = "") -> None:
-        plan = self.run.plan or []  # the loop is the plan's only writer: this is the stored one
-        if status == Run.Status.SUCCEEDED:
-            plan = [{**i, "status": "completed"} if i.get("status") == "in_progress" else i for i in plan]
+        # The loop is the plan's only writer: this is the stored one.
+        plan = _plan_at_end(self.run.plan or [], status)
         self.record.update_run(status=status, final_output=output, error=error, finished_at=timezone.now(), plan=plan)
         # The run id in the message itself: Celery's worker log format drops the context filter.
         logger.info("run %s finished: %s %s", self.run.pk, status, error)
@@ -182,7 +181,7 @@ class AgentLoop:
                 )  # fmt: skip
                 return self._finish(Run.Status.SUCCEEDED, output=reply.content)
             failed = self._act(turn, reply, attempts)
-            reflection = reflect(self.run, failed)
+            reflection = reflect(self.record.steps, failed)
             if reflection is not None:
                 self.record.step(turn=turn, kind=Step.Kind.REFLECTION, thought=reflection.text)
                 self._mark_plan_failed()
@@ -250,7 +249,7 @@ class AgentLoop:
             child, outcome = self._delegate(call, outcome)
         step = self.record.tool_call(turn, call, outcome)
         if child is not None:
-            Run.objects.filter(pk=child.pk).update(parent_step=step)
+            retrying(lambda: Run.objects.filter(pk=child.pk).update(parent_step=step), what="linking a sub-agent run")
         return step
 
     def _delegate(self, call: ToolCall, outcome: Outcome) -> tuple[Run | None, Outcome]:
@@ -262,13 +261,7 @@ class AgentLoop:
             outcome.error = f"Sub-agents may not delegate further (depth limit {settings.SUBAGENT_MAX_DEPTH})."
             outcome.error_class = "ToolError"
             return None, outcome
-        task = Task.objects.create(
-            text=mask_text(outcome.result["task"]),
-            kind=outcome.result["kind"],
-            workspace=self.run.task.workspace,
-            created_by=self.run.task.created_by,
-        )
-        child = Run.objects.create(task=task, task_kind=task.kind, parent=self.run)
+        child = retrying(lambda: self._child_run(outcome.result), what="creating a sub-agent run")
         execute_run(child.pk)
         child.refresh_from_db()
         outcome.finished_at = timezone.now()
@@ -279,6 +272,16 @@ class AgentLoop:
             outcome.error_class = "SubAgentFailed"
         current_run.set(self.run.pk)
         return child, outcome
+
+    @transaction.atomic
+    def _child_run(self, sub_task: dict) -> Run:
+        task = Task.objects.create(
+            text=mask_text(sub_task["task"]),
+            kind=sub_task["kind"],
+            workspace=self.run.task.workspace,
+            created_by=self.run.task.created_by,
+        )
+        return Run.objects.create(task=task, task_kind=task.kind, parent=self.run)
 
     def _mark_plan_failed(self) -> None:
         plan = [dict(item) for item in self.run.plan or []]
@@ -301,15 +304,18 @@ class AgentLoop:
 
     def _ask_for_confirmation(self, turn: int, calls: list[ToolCall]) -> None:
         for call in calls:
-            ToolConfirmation.objects.get_or_create(
-                run=self.run,
-                tool_call_id=call.id[:100],
-                defaults={
-                    "turn": turn,
-                    "tool_name": call.name,
-                    # Stored masked: on approval the invoker resolves the pseudonyms again.
-                    "arguments": storable(parse_arguments(call.arguments, self.tools[call.name])),
-                },
+            retrying(
+                lambda call=call: ToolConfirmation.objects.get_or_create(
+                    run=self.run,
+                    tool_call_id=call.id[:100],
+                    defaults={
+                        "turn": turn,
+                        "tool_name": call.name,
+                        # Stored masked: on approval the invoker resolves the pseudonyms again.
+                        "arguments": storable(parse_arguments(call.arguments, self.tools[call.name])),
+                    },
+                ),
+                what="asking for a confirmation",
             )
         self.record.update_run(status=Run.Status.AWAITING_CONFIRMATION, worker="")
         logger.info("run waits for confirmation of %s", ", ".join(c.name for c in calls))
@@ -329,6 +335,18 @@ class AgentLoop:
                 reason = f": {confirmation.reason}" if confirmation.reason else "."
                 outcome = _refused(call, f"{who} refused this call{reason}", "Refused")
             self.record.tool_call(confirmation.turn, call, outcome)
+
+
+def _plan_at_end(plan: list[dict], status: str) -> list[dict]:
+    """The plan as the run ended. A final answer concludes it: what was still in progress or
+    pending is done (models rarely tick off every item before answering, and an answered run
+    showing "pending" reads as still waiting). A run that failed or was stopped leaves pending
+    items as they were (not reached) and fails the one in progress."""
+    if status == Run.Status.SUCCEEDED:
+        ended = {"in_progress": "completed", "pending": "completed"}
+    else:
+        ended = {"in_progress": "failed"}
+    return [{**item, "status": ended.get(item.get("status"), item.get("status"))} for item in plan]
 
 
 def _refused(call: ToolCall, message: str, error_class: str) -> Outcome:
@@ -362,9 +380,7 @@ def execute_run(run_id: int, *, model: ChatModel | None = None, tools: dict[str,
     heartbeat = Heartbeat(run_id, lease)
     heartbeat.start()
     try:
-        agent = AgentLoop(run, lease=lease, model=model, tools=tools)
-        heartbeat.counters = agent.record.counters
-        agent.execute()
+        AgentLoop(run, lease=lease, model=model, tools=tools).execute()
     except Paused:
         pass
     except LeaseLost:
@@ -383,15 +399,12 @@ def _fail_crashed_run(run_id: int, lease: str, exc: Exception) -> None:
     connection itself, so a dropped one is replaced first; if the database stays away, the
     heartbeat stops and the reaper re-queues the run later: it is never left half-done."""
     error = mask_text(f"Internal error: {type(exc).__name__}: {exc}")
-    for _ in range(2):
-        try:
-            drop_broken_connection()
-            Run.objects.filter(pk=run_id, worker=lease, status=Run.Status.RUNNING).update(
+    try:
+        retrying(
+            lambda: Run.objects.filter(pk=run_id, worker=lease, status=Run.Status.RUNNING).update(
                 status=Run.Status.FAILED, error=error, finished_at=timezone.now()
-            )
-            return
-        except (OperationalError, InterfaceError):
-            if connection.in_atomic_block:
-                raise
-            connection.close()
-    logger.error("could not mark run %s failed; the reaper will re-queue it", run_id)
+            ),
+            what="failing a crashed run",
+        )
+    except (OperationalError, InterfaceError):
+        logger.error("could not mark run %s failed; the reaper will re-queue it", run_id)

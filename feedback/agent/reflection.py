@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from feedback.models import Run, Step
+from feedback.models import Step
 
 _HINTS = [
     ("InvalidToolCall", "Unknown tool", "Use only the tools listed, with exactly their names."),
@@ -37,23 +37,21 @@ def _hint(step: Step) -> str:
     return "Think about why it failed before trying again."
 
 
-def reflect(run: Run, failed: list[Step]) -> Reflection | None:
-    """Analyse this turn's failed tool calls in the light of the run's earlier ones."""
+def reflect(steps: list[Step], failed: list[Step]) -> Reflection | None:
+    """Analyse this turn's failed tool calls in the light of the run's earlier ``steps``."""
     if not failed:
         return None
     lines, worst = [], 0
     for step in failed:
-        same = (
-            Step.objects.filter(
-                run=run,
-                kind=Step.Kind.TOOL_CALL,
-                success=False,
-                error_signature=step.error_signature,
-                tool_name=step.tool_name,
-            )
-            .filter(index__lte=step.index)
-            .values_list("arguments", flat=True)
-        )
+        same = [
+            s.arguments
+            for s in steps
+            if s.kind == Step.Kind.TOOL_CALL
+            and s.success is False
+            and s.error_signature == step.error_signature
+            and s.tool_name == step.tool_name
+            and s.index <= step.index
+        ]
         repeats = sum(1 for args in same if args == step.arguments)
         worst = max(worst, repeats)
         line = f"- {step.tool_name}({_short(step.arguments)}) failed: {step.error} {_hint(step)}"

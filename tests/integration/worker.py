@@ -24,9 +24,10 @@ def test_database_url() -> str:
 
 
 class WorkerProcess:
-    def __init__(self, folders: Path, name: str = "w1", **extra_env: str) -> None:
+    def __init__(self, folders: Path, name: str = "w1", *, concurrency: int = 4, **extra_env: str) -> None:
         self.folders = folders
         self.name = name
+        self.concurrency = concurrency
         self.extra_env = extra_env
         self.log_path = folders / f"worker-{name}.log"
         self.process: subprocess.Popen | None = None
@@ -49,7 +50,7 @@ class WorkerProcess:
         self.process = subprocess.Popen(
             [
                 sys.executable, "-m", "celery", "-A", "agentsite", "worker",
-                "--pool", "threads", "--concurrency", "4",
+                "--pool", "threads", "--concurrency", str(self.concurrency),
                 "--queues", settings.CELERY_TASK_DEFAULT_QUEUE,
                 "--hostname", f"{self.name}-{os.getpid()}@%h",
                 "--without-gossip", "--without-mingle", "--loglevel", "INFO",
