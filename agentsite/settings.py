@@ -102,8 +102,6 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Cache (shared by every process: the circuit breakers and tool result cache live here) -----
 CACHES = {"default": env.cache("CACHE_URL", default=f"filecache://{VAR_DIR / 'cache'}")}
-if CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache":
-    CACHES["default"]["BACKEND"] = "agentsite.cache.RedisCache"  # one client per pool: see there
 # Rendered trace steps (they never change once written), per process: no round trip per step.
 CACHES["fragments"] = {
     "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
@@ -114,13 +112,8 @@ CACHES["fragments"] = {
 # are served from the cache for this long (a run that has just ended, for 1 s while its evaluation
 # may arrive; feedback/pagecache.py); a person's own changes show at once. 0: off.
 PAGE_CACHE_SECONDS = env.int("PAGE_CACHE_SECONDS", default=5)
-# Sessions are read from the cache on every page (and kept in the database too, so a cache
-# restart logs nobody out).
-SESSION_ENGINE = "agentsite.sessions"  # cached_db, read through the tracked reads
 
 # --- Auth ------------------------------------------------------------------------------------
-# Django's backend, with the signed-in user read from the cache (feedback/auth.py).
-AUTHENTICATION_BACKENDS = ["feedback.auth.CachedUserBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {
@@ -198,8 +191,6 @@ if EMBEDDED_BROKER:
     }
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
-if CELERY_BROKER_URL.startswith("redis://"):
-    CELERY_BROKER_TRANSPORT = "agentsite.broker:Transport"  # kombu's, with a client kept per pool
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

@@ -35,8 +35,6 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import conditional_escape
 from django.utils.safestring import SafeString, mark_safe
 
-from agentsite.cache import read_tracked
-
 logger = logging.getLogger(__name__)
 
 VERSION_KEY = "page-cache:version"
@@ -177,7 +175,7 @@ def _cached(
     lock = f"{key}:rendering"
     # From this process's memory while Redis reports neither changed (agentsite/cache.py): a
     # page served again costs no transfer of its entry.
-    found = read_tracked(cache, [VERSION_KEY, key])
+    found = cache.get_many([VERSION_KEY, key])
     version = found.get(VERSION_KEY, 0)
     entry: Entry | None = found.get(key)
     current = entry is not None and entry[0] == version

@@ -70,31 +70,3 @@ def test_every_built_in_tool_has_a_setting_row_for_the_admin(db):
     # Created after migrate, so operators find every tool in the admin, enabled.
     assert set(ToolSetting.objects.values_list("name", flat=True)) >= set(BUILTIN_TOOLS)
     assert not ToolSetting.objects.filter(enabled=False).exists()
-
-
-def test_the_redis_broker_sends_through_one_client_per_pool(settings):
-    # agentsite/broker.py: kombu built a Redis client per message sent.
-    import uuid
-
-    from agentsite.broker import Channel
-    from agentsite.celery import app
-
-    if not settings.CELERY_BROKER_URL.startswith("redis://"):
-        pytest.fail("this test needs the Redis broker (CELERY_BROKER_URL=redis://...)")
-    name = f"test-broker-{uuid.uuid4().hex}"
-    with app.connection_for_write() as connection:
-        channel = connection.default_channel
-        assert isinstance(channel, Channel)
-        queue = connection.SimpleQueue(name)
-        try:
-            queue.put({"n": 1})
-            client = channel._create_client()
-            queue.put({"n": 2})
-            assert channel._create_client() is client
-            received = [queue.get(timeout=5) for _ in range(2)]
-            assert [m.payload for m in received] == [{"n": 1}, {"n": 2}]
-            for message in received:
-                message.ack()
-        finally:
-            queue.clear()
-            queue.close()

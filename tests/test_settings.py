@@ -51,16 +51,3 @@ def test_the_suite_itself_runs_on_postgresql_and_a_real_broker():
     # `make test` and CI promise real services; this fails if they were silently swapped.
     assert "postgresql" in settings.DATABASES["default"]["ENGINE"]
     assert not settings.EMBEDDED_BROKER
-
-
-def test_the_redis_cache_keeps_one_client_per_pool():
-    from django.core.cache import caches
-
-    from agentsite.cache import RedisCache
-
-    # The suite runs on Redis: the backend must be ours, and reuse its client.
-    cache = caches["default"]
-    assert isinstance(cache, RedisCache)
-    assert cache._cache.get_client() is cache._cache.get_client(write=True)
-    cache.set("client-reuse", 1)
-    assert cache.get("client-reuse") == 1

@@ -6,9 +6,7 @@ service. Then one call is let through (half-open); success closes it, failure re
 
 The invoker reads both keys before a call (``read``) and clears them after a success only when
 that read (or the call itself) found something to clear: a healthy tool costs one read per call
-and no write. On Redis that read is answered from memory while Redis reports no change to the
-keys (``get_many_tracked`` in agentsite/cache.py): a breaker opened by any worker is seen by
-the next call everywhere, without a round trip per call while nothing changes.
+and no write.
 """
 
 import time
@@ -16,8 +14,6 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.cache import cache
-
-from agentsite.cache import read_tracked
 
 
 @dataclass(frozen=True)
@@ -46,7 +42,7 @@ class CircuitBreaker:
         self._open_key = f"breaker:{name}:open-until"
 
     def read(self) -> BreakerState:
-        found = read_tracked(cache, [self._failures_key, self._open_key])
+        found = cache.get_many([self._failures_key, self._open_key])
         return BreakerState(found.get(self._failures_key, 0), found.get(self._open_key))
 
     def is_open(self) -> bool:

@@ -11,7 +11,6 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from agentsite.cache import read_tracked
 from feedback.models import AppliedStrategy, Run, Strategy, StrategyVersion
 
 from .conditions import matches
@@ -82,7 +81,7 @@ _live: tuple[Any, list[Strategy]] | None = None
 
 def _live_strategies() -> list[Strategy]:
     global _live
-    version = read_tracked(cache, [LIVE_VERSION_KEY]).get(LIVE_VERSION_KEY)
+    version = cache.get(LIVE_VERSION_KEY)
     if version is None:
         # First use, or the cache was emptied: a new version, so no process keeps what it had.
         cache.add(LIVE_VERSION_KEY, uuid.uuid4().hex, timeout=None)

@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-import time
 
 from django.conf import settings
 
@@ -57,38 +56,6 @@ def _mget_calls() -> int:
     return int(client.info("commandstats").get("cmdstat_mget", {}).get("calls", 0))
 
 
-def test_a_healthy_breaker_is_read_from_memory_until_another_process_changes_it():
-    breaker = CircuitBreaker("weather_api", failures=3, reset_seconds=30)
-    assert breaker.state() == "closed"
-    before = _mget_calls()
-    for _ in range(20):
-        assert breaker.state() == "closed"
-    # Twenty reads of an unchanged breaker, not one round trip to Redis.
-    assert _mget_calls() == before
-    # Another worker process trips it: Redis invalidates this process's copy, and the very
-    # next read here sees the breaker open.
-    subprocess.run(
-        [sys.executable, "-c", OPEN_ELSEWHERE], cwd=settings.BASE_DIR, capture_output=True, text=True, check=True
-    )
-    assert breaker.state() == "open"
-    assert breaker.failures() == 3
-    # The other process's success closes it again, seen here at once too.
-    subprocess.run(
-        [sys.executable, "-c", CLOSE_ELSEWHERE], cwd=settings.BASE_DIR, capture_output=True, text=True, check=True
-    )
-    assert breaker.state() == "closed" and breaker.failures() == 0
-
-
-OPEN_ELSEWHERE = """
-import django; django.setup()
-from feedback.agent.breaker import CircuitBreaker
-b = CircuitBreaker("weather_api", failures=3, reset_seconds=30)
-for _ in range(3):
-    b.record_failure()
-"""
-CLOSE_ELSEWHERE = OPEN_ELSEWHERE.replace("for _ in range(3):\n    b.record_failure()", "b.record_success()")
-
-
 def test_this_process_sees_its_own_change_at_once():
     breaker = CircuitBreaker("flaky", failures=2, reset_seconds=30)
     assert breaker.state() == "closed"
@@ -97,35 +64,4 @@ def test_this_process_sees_its_own_change_at_once():
     breaker.record_failure()
     assert breaker.is_open()
     breaker.record_success()
-    assert breaker.state() == "closed"
-
-
-def test_a_lost_tracking_connection_is_never_trusted():
-    """If Redis drops the connection that receives the invalidations, what was kept in memory
-    is dropped with it: a change made meanwhile is still seen."""
-    from django.core.cache import cache
-
-    breaker = CircuitBreaker("search", failures=1, reset_seconds=30)
-    assert breaker.state() == "closed"
-    admin = cache._cache.get_client(write=True)
-    tracking = [c for c in admin.client_list() if "tracking" in c.get("flags", "") or c.get("flags") == "t"]
-    assert tracking, "the breaker's reads go through a tracking connection"
-    for client in tracking:
-        admin.client_kill_filter(_id=client["id"])
-    # Written behind the killed connection's back: no invalidation can reach it.
-    cache.set(breaker._open_key, time.time() + 30, timeout=30)
-    cache.set(breaker._failures_key, 1, timeout=30)
-    assert breaker.state() == "open"
-    # And the next read goes through a fresh tracking connection again.
-    assert breaker.state() == "open"
-
-
-def test_a_flushed_cache_empties_the_copy():
-    from django.core.cache import cache
-
-    breaker = CircuitBreaker("search", failures=1, reset_seconds=30)
-    breaker.record_failure()
-    assert breaker.is_open()
-    cache._cache.get_client(write=True).flushdb()  # not through this cache object: Redis tells it
-    time.sleep(0.05)
     assert breaker.state() == "closed"
