@@ -69,12 +69,19 @@ local-llm: $(LLM_VENV)/.installed
 	$(LLM_VENV)/bin/python -m llama_cpp.server --model "$$($(LLM_VENV)/bin/python scripts/smollm2-path)" \
 	  --chat_format chatml-function-calling --model_alias smollm2 --host 127.0.0.1 --port $(LLM_PORT)
 
+# Twice: the whole suite on PostgreSQL, a real Redis broker and worker processes, Chromium; then
+# everything that does not need PostgreSQL itself on the embedded default (SQLite, the file-system
+# broker and cache, in a folder of its own), as `make run` serves it.
 test: $(VENV)/.test-deps $(LLM_VENV)/.installed ensure-wrk
 	@scripts/ensure-services
 	@scripts/ensure-chromium
 	$(BIN)/ruff check .
 	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) CACHE_URL=redis://127.0.0.1:6379/14 CELERY_TASK_DEFAULT_QUEUE=test-$$$$ \
-	  STATIC_MANIFEST=false TEST_REQUIRE_SERVICES=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	  STATIC_MANIFEST=false TEST_REQUIRE_SERVICES=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	@echo "--- the embedded default (SQLite, file-system broker) ---"
+	embedded=$$(mktemp -d) && trap 'rm -rf "$$embedded"' EXIT && \
+	  env -u DATABASE_URL -u CELERY_BROKER_URL -u CACHE_URL VAR_DIR=$$embedded STATIC_MANIFEST=false TEST_EMBEDDED=1 \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider -m "not postgresql and not integration and not browser" $(PYTEST_ARGS)
 
 lint: $(VENV)/.test-deps
 	$(BIN)/ruff check .

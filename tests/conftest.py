@@ -8,10 +8,14 @@ from feedback import roles
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    # `make test` (and CI) promise PostgreSQL and a real broker: refuse to run on less.
-    if os.environ.get("TEST_REQUIRE_SERVICES") or os.environ.get("CI"):
-        from django.conf import settings
+    from django.conf import settings
 
+    if os.environ.get("TEST_EMBEDDED"):
+        # `make test`'s second run is the embedded default's: refuse to run it on anything else.
+        if not (settings.EMBEDDED_DATABASE and settings.EMBEDDED_BROKER):
+            pytest.exit("TEST_EMBEDDED: the run must be on SQLite and the file-system broker.", returncode=1)
+    elif os.environ.get("TEST_REQUIRE_SERVICES") or os.environ.get("CI"):
+        # `make test` (and CI) promise PostgreSQL and a real broker: refuse to run on less.
         engine = settings.DATABASES["default"]["ENGINE"]
         if "postgresql" not in engine:
             pytest.exit(f"The suite must run on PostgreSQL, not {engine}: set DATABASE_URL.", returncode=1)

@@ -158,6 +158,7 @@ def test_an_unknown_field_is_refused_before_anything_is_written(run):
     assert not run.steps.exists() and not record.step_count
 
 
+@pytest.mark.postgresql
 def test_an_overlong_value_is_refused_not_cut(run):
     from django.db import DataError, transaction
 
@@ -248,6 +249,7 @@ def test_a_step_write_waits_for_whoever_takes_the_run_and_then_stops():
     assert list(run.steps.values_list("thought", flat=True)) == ["mine"]
 
 
+@pytest.mark.postgresql
 @pytest.mark.django_db(transaction=True)
 def test_the_reaper_waits_for_a_step_write_in_flight_and_leaves_the_run_to_its_worker(settings):
     import threading

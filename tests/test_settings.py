@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from django.conf import settings
 
 PROBE = """
@@ -47,6 +48,7 @@ def test_the_embedded_default_needs_no_server(tmp_path):
     assert (tmp_path / "broker" / "queue").is_dir()
 
 
+@pytest.mark.postgresql
 def test_the_suite_itself_runs_on_postgresql_and_a_real_broker():
     # `make test` and CI promise real services; this fails if they were silently swapped.
     assert "postgresql" in settings.DATABASES["default"]["ENGINE"]

@@ -18,6 +18,7 @@ def _thresholds(settings):
     settings.STRATEGY_GOOD_SCORE = 0.8
 
 
+@pytest.mark.postgresql
 def test_it_runs_on_postgresql():
     assert connection.vendor == "postgresql"
 

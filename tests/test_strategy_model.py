@@ -1,5 +1,6 @@
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import IntegrityError
 
 from feedback.models import Strategy, StrategyEvent, StrategyVersion
 
@@ -54,5 +55,5 @@ def test_audit_events_are_append_only():
 
 def test_repeated_pattern_keys_are_refused():
     _strategy(pattern_key="tool_sequence:read_text_file")
-    with pytest.raises(Exception, match="strategy_pattern_key_unique"):
+    with pytest.raises(IntegrityError):
         _strategy(pattern_key="tool_sequence:read_text_file")

@@ -135,6 +135,7 @@ def test_the_database_buckets_durations_as_python_does():
     assert in_database == {ms: latency_bucket(ms) for ms in edges}
 
 
+@pytest.mark.postgresql
 def test_postgresql_and_the_portable_path_add_the_histograms_alike(history):
     rollups = DailyToolStats.objects.filter(day__gte=date(2026, 11, 2), day__lt=date(2026, 11, 5))
     assert connection.vendor == "postgresql" and rollups.count() > 5
