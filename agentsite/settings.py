@@ -255,6 +255,9 @@ STRATEGY_GOOD_SCORE = env.float("STRATEGY_GOOD_SCORE", default=0.8)
 STRATEGY_MIN_LIFT = env.float("STRATEGY_MIN_LIFT", default=0.3)
 STRATEGY_TRIAL_FRACTION = env.float("STRATEGY_TRIAL_FRACTION", default=0.5)
 STRATEGY_TRIAL_MIN_SAMPLES = env.int("STRATEGY_TRIAL_MIN_SAMPLES", default=10)
+# The smallest score difference worth having: the trial page's expected runs are for it, and a
+# trial whose always-valid interval fits within ±it shows "no effect".
+STRATEGY_TRIAL_MIN_EFFECT = env.float("STRATEGY_TRIAL_MIN_EFFECT", default=0.1)
 # Opt-in autonomy: proposals this well supported go to trial without a reviewer (never to active).
 STRATEGY_AUTONOMY = env.bool("STRATEGY_AUTONOMY", default=False)
 STRATEGY_AUTONOMY_MIN_SUPPORT = env.int("STRATEGY_AUTONOMY_MIN_SUPPORT", default=20)

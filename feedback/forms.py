@@ -202,16 +202,11 @@ class StrategyDecisionForm(forms.Form):
     ACTIONS = [("approve", _("Approve for trial")), ("reject", _("Reject")), ("promote", _("Promote")),
                ("roll_back", _("Roll back"))]  # fmt: skip
     action = forms.ChoiceField(choices=ACTIONS)
-    reason = forms.CharField(label=_("Reason"), max_length=2000, required=False)
+    # Every decision has a reason in the audit log (whitespace alone is stripped, so refused too).
+    reason = forms.CharField(label=_("Reason"), max_length=2000, error_messages={"required": _("Say why.")})
     trial_fraction = forms.FloatField(
         label=_("Share of matching runs in the treatment arm"), min_value=0.05, max_value=0.95, required=False
     )
-
-    def clean(self) -> dict:
-        data = super().clean()
-        if data.get("action") in ("reject", "roll_back") and not (data.get("reason") or "").strip():
-            self.add_error("reason", _("Say why."))
-        return data
 
 
 class _JSONField(forms.CharField):

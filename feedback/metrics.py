@@ -304,9 +304,9 @@ def intervention_summary(window: Window, counts: list[dict] | None = None) -> di
 # --- strategies ----------------------------------------------------------------------------------
 def strategy_effectiveness(window: Window) -> dict:
     """**Strategy effectiveness ratio**: strategies that finished their trial in the window with
-    a measured improvement (the 95% confidence interval of treatment minus control above zero,
-    recorded with the decision) / all strategies that finished a trial in the window (promoted,
-    rolled back by a reviewer, or rolled back automatically)."""
+    a measured improvement (the always-valid 95% interval of treatment minus control above zero,
+    recorded with the decision; see strategies/trials.py) / all strategies that finished a trial
+    in the window (promoted, rolled back by a reviewer, or rolled back automatically)."""
     from feedback.models import StrategyEvent
 
     finished = StrategyEvent.objects.filter(

@@ -26,7 +26,7 @@ class TestTransitions:
     def test_the_whole_happy_path_is_audited(self, reviewer):
         s = make_strategy()
         services.strategy_approve(strategy=s, reviewer=reviewer, reason="looks right", trial_fraction=0.3)
-        services.strategy_promote(strategy=s, reviewer=reviewer, reason="trial improved", trial={"improved": True})
+        services.strategy_promote(strategy=s, reviewer=reviewer, reason="trial improved")
         services.strategy_roll_back(strategy=s, reviewer=reviewer, reason="no longer needed")
         s.refresh_from_db()
         assert s.status == "rolled_back" and s.trial_fraction == 0.3 and s.trial_started_at
@@ -36,7 +36,8 @@ class TestTransitions:
             ("promote", "trial", "active", "reviewer", "trial improved"),
             ("roll_back", "active", "rolled_back", "reviewer", "no longer needed"),
         ]
-        assert s.events.get(action="promote").snapshot["trial"] == {"improved": True}
+        trial = s.events.get(action="promote").snapshot["trial"]  # its figures at the decision
+        assert (trial["method"], trial["recommendation"], trial["treatment"]["n"]) == ("mSPRT", "collect_more", 0)
         assert s.events.get(action="approve").snapshot["new_guidance"] == "Use exact paths."
 
     @pytest.mark.parametrize(
@@ -70,9 +71,9 @@ class TestTransitions:
         s = make_strategy()
         for user in (operator, staff):
             with pytest.raises(PermissionDenied):
-                services.strategy_approve(strategy=s, reviewer=user)
+                services.strategy_approve(strategy=s, reviewer=user, reason="go")
         with pytest.raises(PermissionDenied):
-            services.strategy_promote(strategy=make_strategy(status="trial"), reviewer=None)
+            services.strategy_promote(strategy=make_strategy(status="trial"), reviewer=None, reason="go")
 
     def test_edit_makes_a_new_version_and_keeps_the_old(self, reviewer):
         s = make_strategy()

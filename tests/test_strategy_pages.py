@@ -64,7 +64,7 @@ def test_the_trial_panel_shows_both_arms(client, reviewer, settings):
     client.force_login(reviewer)
     html = client.get(reverse("feedback-strategy-detail", args=[s.pk])).content.decode()
     assert "promote: the treatment is significantly better" in html
-    assert "<td>Treatment (applied)</td><td>4</td><td>0.920</td>" in html
+    assert "<td>Treatment (applied)</td><td>4</td><td>4</td><td>0.920</td>" in html
     assert 'value="promote"' in html
 
 

@@ -1,38 +1,45 @@
 import pytest
 
 from feedback.agent.loop import execute_run
-from feedback.models import AppliedStrategy, Run, Strategy, Task
+from feedback.models import AppliedStrategy, Run, Step, Strategy, Task
 from feedback.strategies import injection, services
 from feedback.strategies.injection import trial_arm
-from feedback.strategies.trials import check_trials, compare, t_quantile, trial_stats, welch
+from feedback.strategies.trials import Sample, always_valid_interval, check_trials, compare, trial_stats
 
 from .factories import make_run
 from .test_strategy_lifecycle import make_strategy
 
 
-def test_welch_matches_a_hand_computation():
-    # Means 0.85 and 0.5; sample variances 0.05/3 and 0.02/3; se = sqrt(0.0041667 + 0.0016667)
-    # = 0.076376; Welch df = 5.069; t(0.975, 5.07) = 2.5635 -> half-width 0.19579.
-    diff, low, high = welch([0.9, 0.8, 1.0, 0.7], [0.5, 0.6, 0.4, 0.5])
-    assert diff == pytest.approx(0.35)
-    assert low == pytest.approx(0.35 - 0.19579, abs=2e-3)
-    assert high == pytest.approx(0.35 + 0.19579, abs=2e-3)
+def _sample(values) -> Sample:
+    sample = Sample()
+    for value in values:
+        sample.add(value)
+    return sample
 
 
-@pytest.mark.parametrize(("df", "expected"), [(5, 2.5706), (10, 2.2281), (30, 2.0423), (1000, 1.9623)])
-def test_t_quantiles_match_the_tables(df, expected):
-    assert t_quantile(0.975, df) == pytest.approx(expected, abs=1e-3)
+def test_the_always_valid_interval_matches_a_hand_computation():
+    # Means 0.85 and 0.5; sample variances 0.05/3 and 0.02/3, so s² = 0.0058333; τ² = 0.4² x 0.023333
+    # = 0.0037333; half-width² = s² (1 + s²/τ²) (2 ln 20 + ln(1 + τ²/s²)) = 0.0058333 x 2.5625 x
+    # (5.99146 + 0.49470) = 0.096955 -> 0.31138 (the Welch interval's was 0.19579).
+    interval = always_valid_interval(_sample([0.9, 0.8, 1.0, 0.7]), _sample([0.5, 0.6, 0.4, 0.5]))
+    assert interval.difference == pytest.approx(0.35)
+    assert interval.low == pytest.approx(0.35 - 0.31138, abs=1e-4)
+    assert interval.high == pytest.approx(0.35 + 0.31138, abs=1e-4)
+    assert always_valid_interval(_sample([0.9]), _sample([0.5, 0.6])) is None
 
 
 def test_recommendations(settings):
     settings.STRATEGY_TRIAL_MIN_SAMPLES = 5
-    better = compare([0.9, 0.95, 0.85, 0.9, 0.92, 0.88], [0.5, 0.55, 0.6, 0.45, 0.5, 0.52])
-    worse = compare([0.3, 0.35, 0.25, 0.3, 0.32, 0.28], [0.8, 0.85, 0.75, 0.8, 0.82, 0.78])
-    same = compare([0.5, 0.9, 0.1, 0.7, 0.3, 0.6], [0.6, 0.2, 0.8, 0.4, 0.5, 0.7])
-    few = compare([0.9, 0.9], [0.1, 0.1, 0.2])
+    settings.STRATEGY_TRIAL_MIN_EFFECT = 0.1
+    better = compare(_sample([0.9, 0.95, 0.85, 0.9, 0.92, 0.88]), _sample([0.5, 0.55, 0.6, 0.45, 0.5, 0.52]))
+    worse = compare(_sample([0.3, 0.35, 0.25, 0.3, 0.32, 0.28]), _sample([0.8, 0.85, 0.75, 0.8, 0.82, 0.78]))
+    unclear = compare(_sample([0.5, 0.9, 0.1, 0.7, 0.3, 0.6]), _sample([0.6, 0.2, 0.8, 0.4, 0.5, 0.7]))
+    same = compare(_sample([0.8, 0.82, 0.78] * 20), _sample([0.81, 0.79, 0.8] * 20))
+    few = compare(_sample([0.9, 0.9]), _sample([0.1, 0.1, 0.2]))
     assert (better.recommendation, better.improved) == ("promote", True)
     assert (worse.recommendation, worse.harmed) == ("roll_back", True)
-    assert same.recommendation == "no_effect" and not same.improved and not same.harmed
+    assert unclear.recommendation == "collect_more" and not unclear.improved and not unclear.harmed
+    assert same.recommendation == "no_effect" and -0.1 < same.ci_low < same.ci_high < 0.1
     assert few.recommendation == "collect_more" and few.ci_low is None
 
 
@@ -75,6 +82,25 @@ def test_a_planted_harm_is_rolled_back_automatically(settings):
     assert event.action == "auto_roll_back" and event.actor is None
     assert event.reason.startswith("Automatic roll-back: treatment scores -0.500 against control")
     assert event.snapshot["trial"]["harmed"] is True
+
+
+@pytest.mark.django_db
+def test_the_error_rate_counts_failed_calls_and_runs_but_not_guardrail_refusals(settings):
+    settings.STRATEGY_TRIAL_MIN_SAMPLES = 2
+    s = make_strategy(status="trial")
+    outcomes = [("succeeded", ""), ("succeeded", "ToolError"), ("succeeded", "GuardrailRefused"), ("failed", ""),
+                ("running", "ToolError")]  # fmt: skip
+    for status, error_class in outcomes:
+        run = make_run(status=status, score=0.8 if status == "succeeded" else None)
+        if error_class:
+            Step.objects.create(run=run, index=0, kind="tool_call", tool_name="read_text_file", success=False,
+                                error="refused", error_class=error_class)  # fmt: skip
+        AppliedStrategy.objects.create(run=run, strategy_version=s.current_version, arm="treatment")
+    stats = trial_stats(s)
+    error_rate = next(g for g in stats.guards if g.name == "error_rate")
+    # Four finished runs (the running one is not yet counted): a failed call, a failed run.
+    assert (error_rate.treatment.n, error_rate.treatment.mean) == (4, 0.5)
+    assert (stats.treatment.n, stats.split.treatment) == (3, 5)  # scored runs; runs assigned
 
 
 @pytest.mark.django_db
@@ -134,12 +160,13 @@ class TestInjection:
 
 
 @pytest.mark.django_db
-def test_the_effectiveness_ratio_counts_finished_trials(reviewer, client):
+def test_the_effectiveness_ratio_counts_finished_trials(reviewer, client, settings):
     from feedback import metrics
     from feedback.strategies import services
 
-    improved = make_strategy(status="trial")
-    services.strategy_promote(strategy=improved, reviewer=reviewer, trial={"improved": True})
+    settings.STRATEGY_TRIAL_MIN_SAMPLES = 10
+    improved = _trial_with([0.9, 0.85, 0.95] * 4, [0.5, 0.6, 0.55] * 4)
+    services.strategy_promote(strategy=improved, reviewer=reviewer, reason="better")
     flat = make_strategy(status="trial")
     services.strategy_roll_back(strategy=flat, reviewer=reviewer, reason="no effect", trial={"improved": False})
     harmful = make_strategy(status="trial")

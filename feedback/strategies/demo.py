@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.utils import timezone
@@ -124,7 +123,7 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
     reviewer = _demo_reviewer()
     for s in Strategy.objects.filter(status=Strategy.Status.PROPOSED):
         strategy_approve(strategy=s, reviewer=reviewer, reason="demo-loop --auto-approve", trial_fraction=0.5)
-    out("Phase 2: the proposals on trial, in batches until every trial has enough runs in each arm...")
+    out("Phase 2: the proposals on trial, in batches until every trial is decided...")
     trial, rolled = _trial_phase(rng, tasks_per_phase, user, workspace)
     out(f"  {trial.runs} trial runs")
     decisions = []
@@ -132,11 +131,10 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
         stats = trial_stats(s)
         summary = f"n={stats.treatment.n}/{stats.control.n}, difference {stats.difference or 0:+.3f}"
         if stats.recommendation == "promote":
-            strategy_promote(strategy=s, reviewer=reviewer, reason=f"demo-loop: improved ({summary})",
-                             trial=stats.as_json())  # fmt: skip
+            strategy_promote(strategy=s, reviewer=reviewer, reason=f"demo-loop: improved ({summary})")
             decisions.append(f"  promoted     #{s.pk} {s.title} ({summary})")
         else:
-            strategy_roll_back(strategy=s, reviewer=reviewer, trial=stats.as_json(),
+            strategy_roll_back(strategy=s, reviewer=reviewer,
                                reason=f"demo-loop: {stats.recommendation.replace('_', ' ')} ({summary})")  # fmt: skip
             decisions.append(f"  rolled back  #{s.pk} {s.title} ({stats.recommendation}; {summary})")
     decisions += [f"  auto-rolled back #{pk} (significant harm)" for pk in rolled]
@@ -150,10 +148,9 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
 
 
 def _trial_phase(rng: random.Random, tasks_per_phase: int, user, workspace: Workspace) -> tuple[Phase, list[int]]:
-    """Like a patient reviewer: keep collecting runs while a trial is undecided, that is while
-    it has too few runs, or shows no significant effect yet on fewer than three times that."""
+    """Like a patient reviewer: keep collecting runs while a trial's recommendation is "collect
+    more" (the always-valid test lets it look after every batch)."""
     batch, limit = max(20, tasks_per_phase // 3), 8 * tasks_per_phase
-    enough = 3 * settings.STRATEGY_TRIAL_MIN_SAMPLES
     since, done, rolled = timezone.now(), 0, []
     while done < limit:
         run_phase("trial", workload(rng, batch, workspace), user, workspace)
@@ -161,8 +158,7 @@ def _trial_phase(rng: random.Random, tasks_per_phase: int, user, workspace: Work
         rolled += check_trials()
         undecided = [
             s for s in Strategy.objects.filter(status=Strategy.Status.TRIAL)
-            if (stats := trial_stats(s)).recommendation == "collect_more"
-            or (stats.recommendation == "no_effect" and min(stats.treatment.n, stats.control.n) < enough)
+            if trial_stats(s).recommendation == "collect_more"
         ]  # fmt: skip
         if not undecided:
             break

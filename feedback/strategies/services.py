@@ -5,19 +5,27 @@ proposed --approve--> trial --promote--> active --roll back--> rolled_back
 
 Each function locks the strategy row, checks the transition against Strategy.TRANSITIONS, and
 writes one audit event with the content at that moment. Two reviewers acting at once are
-serialised by the lock: the second sees the first one's result.
+serialised by the lock: the second sees the first one's result. Every decision needs a reason.
+
+Promotion is refused while a counter-metric of the trial is significantly worse or its split of
+runs is mismatched (trials.py): there is no override. A block by a real worsening lasts, which
+is the point; a false one (at most 5% of trials per counter-metric, by the always-valid test)
+fades as runs accumulate, since the interval is recomputed at every look. An override would
+bring back the judging-by-eye the sequential test replaces.
 """
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from feedback.agent.guardrails import check_guardrails
 from feedback.models import Strategy, StrategyEvent, StrategyVersion
 
 from .conditions import check_condition
 from .injection import strategies_changed
+from .trials import trial_stats
 
 _PAST = {"approve": "approved", "reject": "rejected", "promote": "promoted", "roll_back": "rolled back",
          "auto_roll_back": "rolled back"}  # fmt: skip
@@ -30,6 +38,16 @@ class IllegalTransition(Exception):
 def _require(user: AbstractBaseUser | None) -> None:
     if user is not None and not user.has_perm("feedback.decide_strategy"):
         raise PermissionDenied
+
+
+def _require_reason(reason: str) -> None:
+    if not reason.strip():
+        raise ValidationError(_("Say why: every decision on a strategy needs a reason."))
+
+
+def _trial_record(strategy: Strategy) -> dict:
+    """The trial's figures at the moment of a decision, for its audit event."""
+    return trial_stats(strategy).as_json() if strategy.trial_started_at else {}
 
 
 def _log(strategy: Strategy, action: str, actor, reason: str, from_status: str, **extra) -> StrategyEvent:
@@ -46,7 +64,8 @@ def _log(strategy: Strategy, action: str, actor, reason: str, from_status: str, 
     )
 
 
-def _transition(strategy_id: int, to: str, action: str, actor, reason: str, **extra) -> Strategy:
+def _transition(strategy_id: int, to: str, action: str, actor, reason: str, check=None, **extra) -> Strategy:
+    """``check(strategy)``, called under the lock, may refuse the move or add to the audit record."""
     with transaction.atomic():
         # No join in the locking query: after waiting for the lock, PostgreSQL re-reads the locked
         # row but not a joined one, so a version created meanwhile would look missing.
@@ -55,6 +74,8 @@ def _transition(strategy_id: int, to: str, action: str, actor, reason: str, **ex
             raise IllegalTransition(
                 f"A strategy that is {strategy.get_status_display().lower()} cannot be {_PAST[action]}."
             )
+        if check is not None:
+            extra |= check(strategy)
         before = strategy.status
         strategy.status = to
         if to == Strategy.Status.TRIAL:
@@ -65,10 +86,11 @@ def _transition(strategy_id: int, to: str, action: str, actor, reason: str, **ex
 
 
 def strategy_approve(
-    *, strategy: Strategy, reviewer: AbstractBaseUser | None, reason: str = "", trial_fraction: float | None = None
+    *, strategy: Strategy, reviewer: AbstractBaseUser | None, reason: str, trial_fraction: float | None = None
 ) -> Strategy:
     """Send a proposal to a controlled trial (``reviewer`` None: the opt-in autonomy)."""
     _require(reviewer)
+    _require_reason(reason)
     if trial_fraction is not None:
         if not 0 < trial_fraction < 1:
             raise ValidationError("The trial fraction must be between 0 and 1 (exclusive).")
@@ -79,21 +101,25 @@ def strategy_approve(
 
 def strategy_reject(*, strategy: Strategy, reviewer: AbstractBaseUser, reason: str) -> Strategy:
     _require(reviewer)
-    if not reason.strip():
-        raise ValidationError("Say why the strategy is rejected.")
+    _require_reason(reason)
     return _transition(strategy.pk, Strategy.Status.REJECTED, StrategyEvent.Action.REJECT, reviewer, reason)
 
 
-def strategy_promote(
-    *, strategy: Strategy, reviewer: AbstractBaseUser, reason: str = "", trial: dict | None = None
-) -> Strategy:
-    """Make a trial strategy active for every matching run. Needs a person, always."""
+def strategy_promote(*, strategy: Strategy, reviewer: AbstractBaseUser, reason: str) -> Strategy:
+    """Make a trial strategy active for every matching run. Needs a person, always, and a trial
+    that no counter-metric or split mismatch blocks; the trial's figures go into the audit."""
     if reviewer is None:
         raise PermissionDenied("Promotion needs a reviewer.")
     _require(reviewer)
-    return _transition(
-        strategy.pk, Strategy.Status.ACTIVE, StrategyEvent.Action.PROMOTE, reviewer, reason, trial=trial or {}
-    )
+    _require_reason(reason)
+
+    def unblocked(locked: Strategy) -> dict:
+        stats = trial_stats(locked)
+        if stats.blockers:
+            raise ValidationError(_("Promotion is blocked: %(reasons)s.") % {"reasons": "; ".join(stats.blockers)})
+        return {"trial": stats.as_json()}
+
+    return _transition(strategy.pk, Strategy.Status.ACTIVE, StrategyEvent.Action.PROMOTE, reviewer, reason, unblocked)
 
 
 def strategy_roll_back(
@@ -104,10 +130,13 @@ def strategy_roll_back(
         _require(reviewer)
         if reviewer is None:
             raise PermissionDenied
-    if not reason.strip():
-        raise ValidationError("Say why the strategy is rolled back.")
+    _require_reason(reason)
     action = StrategyEvent.Action.AUTO_ROLL_BACK if automatic else StrategyEvent.Action.ROLL_BACK
-    return _transition(strategy.pk, Strategy.Status.ROLLED_BACK, action, reviewer, reason, trial=trial or {})
+    if trial is not None:
+        return _transition(strategy.pk, Strategy.Status.ROLLED_BACK, action, reviewer, reason, trial=trial)
+    return _transition(
+        strategy.pk, Strategy.Status.ROLLED_BACK, action, reviewer, reason, lambda s: {"trial": _trial_record(s)}
+    )
 
 
 EDITABLE_FIELDS = ("pattern", "old_behaviour", "new_guidance", "condition", "guardrails", "worked_example")

@@ -80,8 +80,6 @@ def strategy_decide(request: HttpRequest, strategy_id: int) -> HttpResponse:
             messages.error(request, " ".join(errors))
         return redirect("feedback-strategy-detail", strategy_id=strategy.pk)
     action, reason = form.cleaned_data["action"], form.cleaned_data["reason"]
-    # Promotion and roll-back record the trial's figures at the moment of the decision.
-    stats = trial_stats(strategy).as_json() if strategy.trial_started_at else {}
     try:
         if action == "approve":
             services.strategy_approve(
@@ -93,9 +91,9 @@ def strategy_decide(request: HttpRequest, strategy_id: int) -> HttpResponse:
         elif action == "reject":
             services.strategy_reject(strategy=strategy, reviewer=request.user, reason=reason)
         elif action == "promote":
-            services.strategy_promote(strategy=strategy, reviewer=request.user, reason=reason, trial=stats)
+            services.strategy_promote(strategy=strategy, reviewer=request.user, reason=reason)
         else:
-            services.strategy_roll_back(strategy=strategy, reviewer=request.user, reason=reason, trial=stats)
+            services.strategy_roll_back(strategy=strategy, reviewer=request.user, reason=reason)
     except services.IllegalTransition as exc:
         messages.warning(request, str(exc))
     except ValidationError as exc:
