@@ -14,7 +14,9 @@ class StepInline(admin.TabularInline):
 
 @admin.register(models.Workspace)
 class WorkspaceAdmin(admin.ModelAdmin):
-    list_display = ["name", "description", "created_at"]
+    list_display = ["name", "description", "owner", "created_at"]
+    list_filter = [("owner", admin.EmptyFieldListFilter)]  # shared (no owner) or someone's uploads
+    raw_id_fields = ["owner"]
 
 
 @admin.register(models.Task)

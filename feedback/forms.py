@@ -2,10 +2,12 @@ import json
 import re
 
 from django import forms
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 from django.utils.translation import gettext_lazy as _
 
 from feedback.models import Run, Strategy, Task, Workspace
+from feedback.selectors import workspaces_usable_by
 
 # Uploads go into the run's workspace, where the agent's text tools read them.
 UPLOAD_MAX_BYTES = 1024 * 1024
@@ -88,7 +90,7 @@ class TaskForm(forms.Form):
     )
     workspace = forms.ModelChoiceField(
         label=_("Workspace"),
-        queryset=Workspace.objects.all(),
+        queryset=Workspace.objects.filter(owner=None),  # per user: see __init__
         required=False,
         help_text=_("The files the run works on; each run gets its own copy."),
     )
@@ -123,6 +125,14 @@ class TaskForm(forms.Form):
         widget=forms.TextInput(attrs={"placeholder": "0 7 * * 1-5"}),
         help_text=_("Minute hour day-of-month month day-of-week, in UTC."),
     )
+
+    def __init__(self, *args, user: AbstractBaseUser | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if user is not None:
+            # Another person's uploads are neither offered nor accepted (nor by services.task_submit).
+            field = self.fields["workspace"]
+            field.queryset = workspaces_usable_by(user)
+            field.label_from_instance = _workspace_label
 
     def clean_files(self) -> list[UploadedFile]:
         files = self.cleaned_data.get("files") or []
@@ -161,6 +171,12 @@ class TaskForm(forms.Form):
         if "\x00" in text:
             raise forms.ValidationError(_("The task contains a NUL character."))
         return text
+
+
+def _workspace_label(workspace: Workspace) -> str:
+    if workspace.owner is None:
+        return workspace.name
+    return _("%(name)s (uploads of %(user)s)") % {"name": workspace.name, "user": workspace.owner.get_username()}
 
 
 class ConfirmationForm(forms.Form):

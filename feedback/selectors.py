@@ -18,7 +18,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from feedback.models import AppliedStrategy, Evaluation, EvaluationProfile, Run, Step, Strategy
+from feedback.models import AppliedStrategy, Evaluation, EvaluationProfile, Run, Step, Strategy, Workspace
 
 
 def runs_visible_to(user: AbstractBaseUser) -> QuerySet[Run]:
@@ -27,6 +27,18 @@ def runs_visible_to(user: AbstractBaseUser) -> QuerySet[Run]:
     if not user.has_perm("feedback.view_run"):
         runs = runs.filter(task__created_by=user)
     return runs
+
+
+def workspaces_usable_by(user: AbstractBaseUser) -> QuerySet[Workspace]:
+    """The workspaces ``user`` may start a run from (the rule of services.workspace_can_use):
+    the shared ones first, then their own uploads, then others' (for those who read every run),
+    newest first."""
+    workspaces = Workspace.objects.all()
+    if not user.has_perm("feedback.view_run"):
+        workspaces = workspaces.filter(Q(owner=None) | Q(owner=user.pk))
+    shared = ExpressionWrapper(Q(owner=None), output_field=BooleanField())
+    own = ExpressionWrapper(Q(owner=user.pk), output_field=BooleanField())
+    return workspaces.select_related("owner").order_by(shared.desc(), own.desc(), "-created_at", "name")
 
 
 def run_list(user: AbstractBaseUser, *, status: str = "", kind: str = "") -> QuerySet[Run]:

@@ -37,8 +37,11 @@ def task_submit(
     workspace: Workspace | None = None,
     files: Sequence[UploadedFile] = (),
 ) -> Run:
+    # The form offers only usable workspaces; this holds for every caller (a crafted POST, a re-run).
+    if workspace is not None and not workspace_can_use(workspace=workspace, user=user):
+        raise PermissionDenied("This workspace holds another person's uploads.")
     if files:
-        workspace = workspace_with_uploads(base=workspace, files=files)
+        workspace = workspace_with_uploads(base=workspace, files=files, owner=user)
     task = Task.objects.create(
         text=mask_text(text),
         kind=kind,
@@ -57,13 +60,23 @@ def _task_queue_run(*, task: Task) -> Run:
     return run
 
 
-def workspace_with_uploads(*, base: Workspace | None, files: Sequence[UploadedFile]) -> Workspace:
-    """A new workspace for one task: a copy of ``base`` (if any) plus the uploaded files. The
-    chosen workspace is shared by other tasks, so uploads never go into it. Files are checked
-    by the form (type, size, text); the sandbox decides the path, as it does for the agent."""
+def workspace_can_use(*, workspace: Workspace, user: AbstractBaseUser) -> bool:
+    """Shared workspaces are everyone's; uploads are their author's, and readable by those who
+    read every run (selectors.workspaces_usable_by is the same rule as a query)."""
+    return workspace.owner_id is None or workspace.owner_id == user.pk or user.has_perm("feedback.view_run")
+
+
+def workspace_with_uploads(
+    *, base: Workspace | None, files: Sequence[UploadedFile], owner: AbstractBaseUser
+) -> Workspace:
+    """A new workspace for one task, owned by the uploader: a copy of ``base`` (if any) plus the
+    uploaded files. The chosen workspace is shared by other tasks, so uploads never go into it.
+    Files are checked by the form (type, size, text); the sandbox decides the path, as it does
+    for the agent."""
     workspace = Workspace.objects.create(
         name=f"upload-{uuid.uuid4().hex[:16]}",
         description=f"Uploads on top of {base.name}" if base else "Uploads",
+        owner=owner,
     )
     root = workspace.path
     if base is not None and base.path.is_dir():

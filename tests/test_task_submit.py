@@ -127,13 +127,13 @@ def test_bad_uploads_are_refused_with_a_reason(client, staff, upload, message):
     assert not Run.objects.exists()
 
 
-def test_an_unsafe_upload_name_never_leaves_the_workspace(db, tmp_path):
+def test_an_unsafe_upload_name_never_leaves_the_workspace(staff, tmp_path):
     from feedback.agent.sandbox import SandboxError
     from feedback.services import workspace_with_uploads
 
     # Django already drops directories from upload names; the sandbox catches encoded ones.
     with pytest.raises(SandboxError):
-        workspace_with_uploads(base=None, files=[_text_file("..%2F..%2Fescape.txt")])
+        workspace_with_uploads(base=None, files=[_text_file("..%2F..%2Fescape.txt")], owner=staff)
     assert not (tmp_path / "escape.txt").exists()
 
 

@@ -21,7 +21,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from feedback.evaluation.validation import validate
-from feedback.privacy import unmask_emails
+from feedback.privacy import mask, unmask_emails
 
 from .breaker import CircuitBreaker
 from .tools import Tool, ToolContext, ToolError
@@ -126,9 +126,22 @@ def _backoff(attempt: int) -> float:
     return random.uniform(0, settings.TOOL_BACKOFF_SECONDS * 2 ** (attempt - 1))
 
 
-def _cache_key(kind: str, tool: Tool, arguments: dict[str, Any]) -> str:
-    digest = hashlib.sha1(json.dumps(arguments, sort_keys=True).encode()).hexdigest()
+def _cache_key(kind: str, tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> str:
+    # A result read from the run's files serves only that sandbox (the run and its sub-agents):
+    # another run may hold other content, someone else's, at the same path.
+    scope = "" if tool.workspace_independent else str(ctx.workspace)
+    digest = hashlib.sha1(json.dumps([scope, arguments], sort_keys=True).encode()).hexdigest()
     return f"tool-{kind}:{tool.name}:{digest}"
+
+
+def _unrecordable(tool: Tool, result: Any) -> str:
+    """Why ``result`` cannot be recorded as JSON (an int of 5,000 digits, a set, an object), or "".
+    Found here, it is the model's observation; found by the recorder, it would end the run."""
+    try:
+        json.dumps(result)
+    except (ValueError, TypeError, RecursionError) as exc:
+        return f"{tool.name} returned a result that cannot be recorded ({type(exc).__name__}: {str(exc)[:200]})."
+    return ""
 
 
 def _call_with_retries(
@@ -154,6 +167,8 @@ def _call_with_retries(
             error, error_class, retryable = str(exc), "ToolError", exc.retryable
         except Exception as exc:  # a tool bug must not crash the loop
             error, error_class = f"{type(exc).__name__}: {exc}", type(exc).__name__
+        if not error and (unrecordable := _unrecordable(tool, result)):
+            error, error_class = unrecordable, "UnrecordableResult"
         if not error and tool.result_rules:
             # Layer 1: a result that breaks a hard rule is a failed attempt, retried if transient.
             report = validate(list(tool.result_rules), result)
@@ -200,7 +215,7 @@ def invoke(name: str, raw_arguments: str, ctx: ToolContext, tools: dict[str, Too
         return outcome
 
     if tool.idempotent and tool.cache_ttl:
-        hit = cache.get(_cache_key("result", tool, arguments))
+        hit = cache.get(_cache_key("result", tool, arguments, ctx))
         if hit is not None:
             outcome.ok, outcome.result, outcome.cached = True, hit, True
             outcome.finished_at = timezone.now()
@@ -213,9 +228,11 @@ def invoke(name: str, raw_arguments: str, ctx: ToolContext, tools: dict[str, Too
     else:
         _call_with_retries(tool, arguments, ctx, outcome, breaker, seen.dirty)
         if outcome.ok and tool.idempotent:
+            # Kept as the step stores it (masked): the model reads the stored step either way.
+            kept = mask(outcome.result)
             if tool.cache_ttl:
-                cache.set(_cache_key("result", tool, arguments), outcome.result, tool.cache_ttl)
-            cache.set(_cache_key("last", tool, arguments), outcome.result, STALE_RESULT_SECONDS)
+                cache.set(_cache_key("result", tool, arguments, ctx), kept, tool.cache_ttl)
+            cache.set(_cache_key("last", tool, arguments, ctx), kept, STALE_RESULT_SECONDS)
     outcome.finished_at = timezone.now()
     return outcome
 
@@ -234,7 +251,7 @@ def _degrade(
         outcome.__dict__.update({k: v for k, v in replacement.__dict__.items() if k != "arguments"})
         outcome.served_by = fallback.name
         return
-    last = cache.get(_cache_key("last", tool, arguments)) if tool.idempotent else None
+    last = cache.get(_cache_key("last", tool, arguments, ctx)) if tool.idempotent else None
     if last is not None:
         outcome.ok, outcome.result, outcome.stale, outcome.served_by = True, last, True, "stale cache"
         return

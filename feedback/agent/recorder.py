@@ -13,6 +13,7 @@ import math
 import re
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from django.db import InterfaceError, OperationalError, connection, transaction
@@ -180,6 +181,20 @@ class Recorder:
         return step
 
     def tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str = "") -> Step:
+        try:
+            return self._tool_call(turn, call, outcome, note)
+        except (ValueError, TypeError, RecursionError) as exc:
+            # Arguments or a result no JSON column can hold (nested a thousand deep, say) fail the
+            # call, not the run: the model reads why; the step keeps the call as the model wrote it.
+            logger.warning("a tool call could not be recorded as it was", exc_info=True)
+            unrecordable = replace(
+                outcome, arguments=call.arguments, ok=False, result=None, validation=None,
+                error=f"The call could not be recorded ({type(exc).__name__}: {str(exc)[:200]}).",
+                error_class="UnrecordableCall",
+            )  # fmt: skip
+            return self._tool_call(turn, call, unrecordable, note)
+
+    def _tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str) -> Step:
         finished = outcome.finished_at or timezone.now()
         return self.step(
             tries=outcome.attempts,

@@ -8,7 +8,10 @@ from django.utils.translation import gettext_lazy as _
 
 
 class Workspace(models.Model):
-    """A folder of files that runs start from; each run works on its own copy of it."""
+    """A folder of files that runs start from; each run works on its own copy of it.
+
+    A workspace with an owner (one made from a person's uploads) is theirs: only they, and those
+    who read every run, may start runs from it. Without an owner (the demo) it is shared."""
 
     name = models.CharField(
         _("name"),
@@ -17,6 +20,15 @@ class Workspace(models.Model):
         validators=[RegexValidator(r"^[a-z0-9][a-z0-9_-]*$", _("Lower-case letters, digits, - and _."))],
     )
     description = models.CharField(_("description"), max_length=300, blank=True)
+    # CASCADE, not SET_NULL: a deleted person's uploads must not become everyone's.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("owner"),
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="workspaces",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -16,7 +16,7 @@ def task_submit(request: HttpRequest) -> HttpResponse:
     if request.htmx and request.method == "GET" and "kind" in request.GET:
         # The kind changed: only its help and example are swapped, what was typed stays.
         return render(request, template + "#kind-help", _kind_context(request.GET["kind"]))
-    form = TaskForm(request.POST or None, request.FILES or None)
+    form = TaskForm(request.POST or None, request.FILES or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         run = services.task_submit(

@@ -61,6 +61,7 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             func=calculator,
             timeout=2.0,
             cache_ttl=3600,
+            workspace_independent=True,
             result_rules=(
                 {
                     "type": "json_schema",
@@ -75,6 +76,7 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             func=http_get,
             timeout=15.0,
             cache_ttl=60,
+            workspace_independent=True,
             result_rules=({"type": "http_status", "allowed": list(range(200, 300))},),
         ),
         Tool(

@@ -30,6 +30,9 @@ class Tool:
     max_attempts: int = 3
     # Seconds an idempotent tool's result is reused for the same arguments (0: never).
     cache_ttl: int = 0
+    # The result depends on the arguments alone, not on the run's sandbox: its cached or last
+    # good result may serve any run. Otherwise (the safe default) only the runs of that sandbox.
+    workspace_independent: bool = False
     # A tool to call instead while this one's circuit breaker is open.
     fallback: str = ""
     # Layer-1 rules its results must pass (see feedback.evaluation.validation).
