@@ -23,6 +23,6 @@ def _previous():
 
 
 class Migration(migrations.Migration):
-    dependencies = [("feedback", "0010_step_write_without_run_update")]
+    dependencies = [("feedback", "0011_workspace_owner")]
 
     operations = [migrations.RunPython(forwards, backwards)]
