@@ -35,7 +35,7 @@ N = r"\N"
 RUN_COLUMNS = (
     "id, task_id, task_kind, status, created_at, started_at, finished_at, heartbeat_at, worker, cancel_requested, "
     "llm_backend, model_name, system_prompt, plan, tools_offered, tool_selection, final_output, error, score, "
-    "step_count, tokens_in, tokens_out, retry_of_id"
+    "outcome, step_count, tokens_in, tokens_out, retry_of_id"
 )
 STEP_COLUMNS = (
     "id, run_id, index, turn, kind, thought, tool_name, tool_call_id, arguments, result, error, error_class, "
@@ -67,7 +67,7 @@ COPIES = [
     (
         "evaluations",
         "feedback_evaluation (id, run_id, round, evaluator, kind, status, score, weight, feedback, details, "
-        "corrected_answer, created_at, author_id)",
+        "corrected_answer, created_at, author_id, accomplished)",
     ),
     (
         "confirmations",
@@ -250,10 +250,14 @@ class Generator:
                 f"\t{args}\t{result}\t{error}\t{error_class}\t{signature}\t{success}\tf\tf\t\t{_ts(started)}\t{_ts(t)}"
                 f"\t{duration}\t{attempts}\t{tin}\t{tout}\t{'pass' if success == 't' and tool else ''}"
             )
-        score = N
+        score, outcome = N, "not_accomplished" if status in ("failed", "cancelled") else "unknown"
         if ended and status != "cancelled" and rng.random() < 0.9:
-            score = f"{rng.betavariate(5, 2) if status == 'succeeded' else rng.betavariate(2, 5):.3f}"
-            self._evaluations(buf, run_id, score, t, reviewer)
+            value = rng.betavariate(5, 2) if status == "succeeded" else rng.betavariate(2, 5)
+            score = f"{value:.3f}"
+            # As the outcome rule decides: an answer the judge finds poor was not accomplished.
+            if status == "succeeded":
+                outcome = "accomplished" if value >= 0.5 else "not_accomplished"
+            self._evaluations(buf, run_id, score, outcome, t, reviewer)
         retry_of = N
         if i > 10 and rng.random() < 0.005:
             retry_of = str(run_id - rng.randint(1, 10))
@@ -264,7 +268,7 @@ class Generator:
         )
         buf.runs.append(
             f"{run_id}\t{task_id}\t{kind}\t{status}\t{_ts(created)}\t{_ts(created + 1)}\t{finished}\t{_ts(t)}\t\tf"
-            f"\tbench\tzero-latency\tYou are a careful agent.\t[]\t[]\tall\t{output}\t{failure}\t{score}"
+            f"\tbench\tzero-latency\tYou are a careful agent.\t[]\t[]\tall\t{output}\t{failure}\t{score}\t{outcome}"
             f"\t{n_steps}\t{tokens_in}\t{tokens_out}\t{retry_of}"
         )
         if rng.random() < 0.01:
@@ -277,16 +281,18 @@ class Generator:
             buf.applied.append(f"{ids['applied']}\t{run_id}\t{version}\t{arm}")
             ids["applied"] += 1
 
-    def _evaluations(self, buf: Buffers, run_id: int, score: str, t: float, reviewer: int) -> None:
+    def _evaluations(self, buf: Buffers, run_id: int, score: str, outcome: str, t: float, reviewer: int) -> None:
         ids, rng = self.ids, self.rng
-        rows = [("rule", "rule", N)]
+        said = "t" if outcome == "accomplished" else "f"
+        # The rule evaluator only ever says "not accomplished" (a failed run, a refusal).
+        rows = [("rule", "rule", N, "f" if outcome == "not_accomplished" else N)]
         if rng.random() < 0.5:
-            rows.append(("offline_heuristic_judge", "judge", N))
+            rows.append(("offline_heuristic_judge", "judge", N, said))
         if rng.random() < 0.02:
-            rows.append(("human", "human", str(reviewer)))
-        for evaluator, kind, author in rows:
+            rows.append(("human", "human", str(reviewer), said))
+        for evaluator, kind, author, accomplished in rows:
             buf.evaluations.append(
-                f"{ids['evaluations']}\t{run_id}\t1\t{evaluator}\t{kind}\tok\t{score}\t1\tLooks right\t{{}}\t\t{_ts(t + 5)}\t{author}"
+                f"{ids['evaluations']}\t{run_id}\t1\t{evaluator}\t{kind}\tok\t{score}\t1\tLooks right\t{{}}\t\t{_ts(t + 5)}\t{author}\t{accomplished}"
             )
             ids["evaluations"] += 1
 

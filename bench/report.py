@@ -48,8 +48,9 @@ What the figures include:
   with the clock), its steps' HTML reused. The cache is emptied before the first page; the
   "first render" rows are one request with no entry, one client: what a page costs when its
   data just changed, or with the page cache off.
-- **mining**: `feedback.strategies.mining.mine(window_days)` (every pattern kind, in SQL), over
-  the last 36 days and over the whole year; baseline: one pass over the window's error steps.
+- **mining**: `feedback.strategies.mining.mine(window_days=...)` (every pattern kind, in SQL),
+  over the last 36 days and over every run (`window_days=None`; before the window was explicit,
+  the "all" rows silently mined the last 30 days); baseline: one pass over the window's error steps.
 
 Noise: on the 2-core VM these tables come from, repeated runs of the same code differed by up
 to 2x on the dashboard figures (the `/healthz` p95 baseline alone ranged from 10 to 42 ms over

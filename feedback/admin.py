@@ -29,8 +29,8 @@ class TaskAdmin(admin.ModelAdmin):
 
 @admin.register(models.Run)
 class RunAdmin(admin.ModelAdmin):
-    list_display = ["id", "task_kind", "status", "score", "step_count", "created_at", "finished_at"]
-    list_filter = ["status", "task_kind", "llm_backend"]
+    list_display = ["id", "task_kind", "status", "outcome", "score", "step_count", "created_at", "finished_at"]
+    list_filter = ["status", "outcome", "task_kind", "llm_backend"]
     raw_id_fields = ["task", "parent", "parent_step"]
     readonly_fields = ["created_at", "started_at", "finished_at", "heartbeat_at"]
     inlines = [StepInline]
@@ -45,7 +45,7 @@ class StepAdmin(admin.ModelAdmin):
 
 @admin.register(models.Evaluation)
 class EvaluationAdmin(admin.ModelAdmin):
-    list_display = ["run", "round", "evaluator", "kind", "status", "score", "created_at"]
+    list_display = ["run", "round", "evaluator", "kind", "status", "score", "accomplished", "created_at"]
     list_filter = ["kind", "status"]
     raw_id_fields = ["run", "author"]
 

@@ -200,6 +200,16 @@ class HumanScoreForm(forms.Form):
         max_length=Task.TEXT_MAX_LENGTH,
         widget=forms.Textarea(attrs={"rows": 2}),
     )
+    outcome = forms.ChoiceField(
+        label=_("Was the task accomplished?"),
+        required=False,
+        choices=[
+            ("", _("Leave it to the evaluators")),
+            (Run.Outcome.ACCOMPLISHED, _("Accomplished")),
+            (Run.Outcome.NOT_ACCOMPLISHED, _("Not accomplished")),
+        ],
+        help_text=_("Your verdict outranks the evaluators', as your score does."),
+    )
 
 
 class MetricsFilterForm(forms.Form):
@@ -286,6 +296,7 @@ class RunFilterForm(forms.Form):
 
     q = forms.CharField(label=_("Search"), required=False, max_length=200)
     status = forms.ChoiceField(label=_("Status"), required=False, choices=[("", _("Any")), *Run.Status.choices])
+    outcome = forms.ChoiceField(label=_("Outcome"), required=False, choices=[("", _("Any")), *Run.Outcome.choices])
     kind = forms.ChoiceField(label=_("Kind"), required=False, choices=[("", _("Any")), *Task.Kind.choices])
     score_min = forms.FloatField(label=_("Score from"), required=False, min_value=0, max_value=1)
     score_max = forms.FloatField(label=_("Score to"), required=False, min_value=0, max_value=1)

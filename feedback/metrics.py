@@ -104,8 +104,10 @@ _ENDED = Q(status__in=ENDED)
 
 
 def run_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> QuerySet:
-    """Per period (and ``by`` columns): ``runs`` created; of those ``ended``, ``succeeded``,
-    ``scored`` and ``score_sum`` over the ended ones; and the human interventions."""
+    """Per period (and ``by`` columns): ``runs`` created; of those ``ended``, ``succeeded``
+    (ended with a final answer), ``accomplished`` (ended, outcome accomplished), ``judged``
+    (ended, outcome known), ``scored`` and ``score_sum`` over the ended ones; and the human
+    interventions."""
     return (
         runs_with_intervention_flags(window)
         .annotate(period=window.trunc("created_at"))
@@ -114,6 +116,8 @@ def run_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> QuerySet
             runs=Count("id"),
             ended=Count("id", filter=_ENDED),
             succeeded=Count("id", filter=Q(status=Run.Status.SUCCEEDED)),
+            accomplished=Count("id", filter=_ENDED & Q(outcome=Run.Outcome.ACCOMPLISHED)),
+            judged=Count("id", filter=_ENDED & ~Q(outcome=Run.Outcome.UNKNOWN)),
             scored=Count("id", filter=_ENDED & Q(score__isnull=False)),
             score_sum=Sum("score", filter=_ENDED),
             intervened=Count("id", filter=_NEEDED_A_PERSON),
@@ -231,7 +235,9 @@ def _score_figures(c: dict) -> dict:
         "scored": c["scored"],
         "avg_score": c["score_sum"] / c["scored"] if c["scored"] else None,
         "succeeded": c["succeeded"],
-        "success_rate": rate(c["succeeded"], c["ended"]),
+        "accomplished": c["accomplished"],
+        "unknown": c["ended"] - c["judged"],
+        "success_rate": rate(c["accomplished"], c["ended"]),
     }
 
 
@@ -240,8 +246,12 @@ def score_trend(window: Window, counts: list[dict] | None = None) -> list[dict]:
 
     - average score: mean of ``Run.score`` (the composite, where a human score outranks the
       evaluators) over the ended runs that have a score;
-    - success rate: ended runs with status *succeeded* / all ended runs (succeeded, failed,
-      cancelled). Queued and running runs are left out of both.
+    - success rate: ended runs whose **outcome is accomplished** (the task done, by the outcome
+      rule of feedback/evaluation/chain.py) / all ended runs (answered, failed, cancelled). A run
+      whose outcome is unknown (not evaluated yet, no verdict) counts in the denominator, never
+      in the numerator: the rate cannot rise by not judging. ``unknown`` says how many there
+      are. A run that merely ended with an answer (status *succeeded*, "Answered") is not a
+      success: ``succeeded`` still counts those, apart. Queued and running runs are left out.
     """
     return [{"period": c["period"], **_score_figures(c)} for c in counts or period_counts(window)]
 

@@ -88,6 +88,8 @@ def filter_runs(runs: QuerySet[Run], filters: dict) -> QuerySet[Run]:
         runs = runs.filter(status=filters["status"])
     if filters.get("kind"):
         runs = runs.filter(task_kind=filters["kind"])
+    if filters.get("outcome"):
+        runs = runs.filter(outcome=filters["outcome"])
     if filters.get("score_min") is not None:
         runs = runs.filter(score__gte=filters["score_min"])
     if filters.get("score_max") is not None:
@@ -217,7 +219,8 @@ def _latest_score(kind: str) -> Subquery:
 
 
 def review_queue() -> QuerySet[Run]:
-    """Ended runs no person has scored yet that need one, newest first: a composite score
+    """Ended runs no person has scored yet that need one, newest first: the task not
+    accomplished (whatever the score: an answer that gives up can score high), a composite score
     below the profile's ``review_below``, the judge and the rule evaluator disagreeing by more
     than ``DISAGREEMENT``, or an evaluator that failed in the latest round. Each run carries the
     flags that put it there."""
@@ -246,6 +249,7 @@ def review_queue() -> QuerySet[Run]:
                     run=OuterRef("pk"), round=OuterRef("latest_round"), status=Evaluation.Status.FAILED
                 )
             ),
+            not_accomplished=ExpressionWrapper(Q(outcome=Run.Outcome.NOT_ACCOMPLISHED), output_field=BooleanField()),
             low_score=ExpressionWrapper(Q(score__lt=F("review_below")), output_field=BooleanField()),
             disagreement=ExpressionWrapper(
                 Q(judge_score__gt=F("rule_score") + DISAGREEMENT) | Q(rule_score__gt=F("judge_score") + DISAGREEMENT),
@@ -254,7 +258,7 @@ def review_queue() -> QuerySet[Run]:
         )
     )
     return (
-        runs.filter(Q(low_score=True) | Q(disagreement=True) | Q(evaluator_failed=True))
+        runs.filter(Q(not_accomplished=True) | Q(low_score=True) | Q(disagreement=True) | Q(evaluator_failed=True))
         .select_related("task")
         .order_by("-created_at", "-id")
     )

@@ -164,6 +164,8 @@ def run_cancel(*, run: Run, user: AbstractBaseUser) -> bool:
         cancel_requested=True,
         finished_at=timezone.now(),
         error="Cancelled by a user.",
+        # Never evaluated (it never answered): the outcome rule's "ended without an answer".
+        outcome=Run.Outcome.NOT_ACCOMPLISHED,
     )
     if stopped:
         from feedback.tasks import daily_stats_refresh_task
@@ -232,16 +234,26 @@ def confirmation_decide(
 # --- evaluation -----------------------------------------------------------------------------
 @transaction.atomic
 def run_add_human_score(
-    *, run: Run, user: AbstractBaseUser, score: float, comment: str = "", corrected_answer: str = ""
+    *,
+    run: Run,
+    user: AbstractBaseUser,
+    score: float,
+    comment: str = "",
+    corrected_answer: str = "",
+    outcome: str = "",
 ) -> Evaluation:
-    """A reviewer's score. It outranks the automatic ones (see feedback/evaluation/chain.py) and
-    counts as a human intervention on the run."""
-    from feedback.evaluation.chain import composite_score
+    """A reviewer's score and, if they give one, their verdict on the task (``outcome``:
+    accomplished or not_accomplished; "" leaves it to the evaluators). Both outrank the
+    automatic ones (see feedback/evaluation/chain.py); it counts as a human intervention."""
+    from feedback.evaluation.chain import composite_score, run_outcome
 
     if not user.has_perm("feedback.score_run"):
         raise PermissionDenied
     if not 0 <= score <= 1:
         raise ValueError("A score is between 0 and 1.")
+    verdicts = {"": None, Run.Outcome.ACCOMPLISHED: True, Run.Outcome.NOT_ACCOMPLISHED: False}
+    if outcome not in verdicts:
+        raise ValueError("An outcome is accomplished, not_accomplished or none.")
     run = Run.objects.select_for_update().get(pk=run.pk)
     # Filed under the latest round so the page shows it beside the scores it overrides.
     latest = run.evaluations.aggregate(r=Max("round"))["r"] or 1
@@ -255,9 +267,11 @@ def run_add_human_score(
         feedback=mask_text(comment),
         corrected_answer=mask_text(corrected_answer),
         author=user,
+        accomplished=verdicts[outcome],
     )
     run.score = composite_score(run)
-    run.save(update_fields=["score"])
+    run.outcome = run_outcome(run)
+    run.save(update_fields=["score", "outcome"])
     # Here, not in a task: one day's recount is cheap, and the reviewer's next page shows it.
     daily_stats_refresh_run(run_id=run.pk)
     return evaluation

@@ -4,6 +4,7 @@ import logging
 from typing import Any
 
 from celery import Task, shared_task
+from django.conf import settings
 from django.db import transaction
 from kombu.exceptions import OperationalError as BrokerError
 
@@ -50,10 +51,11 @@ def run_evaluate_task(run_id: int, expected_round: int | None = None) -> None:
 
 
 @shared_task(ignore_result=True, soft_time_limit=600)
-def strategies_mine_task(window_days: int | None = None) -> None:
+def strategies_mine_task() -> None:
+    # Beat's hourly job and the "Analyse now" button: the configured window, read when it runs.
     from feedback.strategies.proposals import mine_and_propose
 
-    mine_and_propose(window_days)
+    mine_and_propose(window_days=settings.STRATEGY_MINING_WINDOW_DAYS)
 
 
 @shared_task(ignore_result=True)

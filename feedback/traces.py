@@ -129,6 +129,7 @@ def run_as_dict(run: Run) -> dict:
         "final_output": run.final_output,
         "error": run.error,
         "score": run.score,
+        "outcome": run.outcome,
         "tokens_in": run.tokens_in,
         "tokens_out": run.tokens_out,
         "applied_strategies": [

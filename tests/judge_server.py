@@ -1,12 +1,21 @@
 """The local OpenAI-compatible server (tests/fake_openai.py) playing an LLM judge.
 
-``behaviour`` picks the answer: a good judgement, text that is not JSON, a score out of range,
-or nothing until long after the client's timeout.
+``behaviour`` picks the answer: a good judgement (``score`` and ``accomplished`` as set), text
+that is not JSON, a score out of range, an ``accomplished`` that is not a JSON boolean
+(``accomplished_*``), or nothing until long after the client's timeout.
 """
 
 import json
 
 from .fake_openai import FakeOpenAI, completion
+
+# Replies whose "accomplished" breaks the schema: the judge's failure, never a verdict.
+BAD_ACCOMPLISHED = {
+    "accomplished_missing": {"score": 0.9, "feedback": "Fine."},
+    "accomplished_string": {"score": 0.9, "accomplished": "yes", "feedback": "Fine."},
+    "accomplished_number": {"score": 0.9, "accomplished": 1, "feedback": "Fine."},
+    "accomplished_null": {"score": 0.9, "accomplished": None, "feedback": "Fine."},
+}
 
 
 class JudgeServer(FakeOpenAI):
@@ -14,15 +23,18 @@ class JudgeServer(FakeOpenAI):
         super().__init__()
         self.behaviour = "ok"
         self.score = 0.8
+        self.accomplished = True
         self.slow_seconds = 3.0
         self.responder = self._judge
 
     def _judge(self, body: dict) -> dict:
+        good = {"score": self.score, "accomplished": self.accomplished}
         content = {
-            "ok": json.dumps({"score": self.score, "feedback": "Correct and complete."}),
-            "slow": json.dumps({"score": self.score, "feedback": "Too late."}),
+            "ok": json.dumps({**good, "feedback": "Correct and complete."}),
+            "slow": json.dumps({**good, "feedback": "Too late."}),
             "invalid_json": "Sure! I'd give it a 9/10 {score: nine",
-            "out_of_range": json.dumps({"score": 7, "feedback": "Seven out of ten."}),
+            "out_of_range": json.dumps({"score": 7, "accomplished": True, "feedback": "Seven out of ten."}),
+            **{name: json.dumps(reply) for name, reply in BAD_ACCOMPLISHED.items()},
         }[self.behaviour]
         delay = self.slow_seconds if self.behaviour == "slow" else 0
         return {"json": completion(content, usage=(42, 9)), "delay": delay}

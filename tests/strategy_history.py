@@ -5,10 +5,18 @@ import random
 from feedback.models import Evaluation, Run, Step, Task
 
 
-def add_run(*, kind="file_analysis", text="Summarise a file", status="succeeded", score=0.9, calls=(), feedback=None):
-    """A finished run with its tool calls: ``calls`` is a list of (tool, error or "")."""
+def add_run(*, kind="file_analysis", text="Summarise a file", status="succeeded", score=0.9, calls=(), feedback=None,
+            outcome=None):  # fmt: skip
+    """A finished run with its tool calls: ``calls`` is a list of (tool, error or ""). Its
+    outcome, unless given, is what the evaluators would say: an answer that scored well was
+    accomplished, a failed run or a poor answer was not."""
+    if outcome is None:
+        good = status == "succeeded" and (score is None or score >= 0.5)
+        outcome = Run.Outcome.ACCOMPLISHED if good else Run.Outcome.NOT_ACCOMPLISHED
     task = Task.objects.create(text=text, kind=kind)
-    run = Run.objects.create(task=task, task_kind=kind, status=status, score=score, step_count=len(calls))
+    run = Run.objects.create(
+        task=task, task_kind=kind, status=status, score=score, outcome=outcome, step_count=len(calls)
+    )
     for index, (tool, error) in enumerate(calls):
         Step.objects.create(
             run=run, index=index, turn=index, kind="tool_call", tool_name=tool, success=not error, error=error,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.db.models import Sum
 
 from bench import dashboard, loop, mining, report, worker
 from bench.history import BENCH_PASSWORD
@@ -30,6 +31,15 @@ def test_the_generator_writes_a_realistic_history(history):
     assert Evaluation.objects.exists() and AppliedStrategy.objects.exists()
     assert Strategy.objects.filter(status=Strategy.Status.TRIAL).exists()
     assert DailyRunStats.objects.exists() and DailyToolStats.objects.exists()
+    # Outcomes as the evaluators decide them, counted by the rollups as the live metric counts them.
+    assert set(Run.objects.values_list("outcome", flat=True)) == {"accomplished", "not_accomplished", "unknown"}
+    ended = Run.objects.filter(status__in=["succeeded", "failed", "cancelled"])
+    rollups = DailyRunStats.objects.aggregate(accomplished=Sum("accomplished"), judged=Sum("judged"))
+    assert rollups == {
+        "accomplished": ended.filter(outcome="accomplished").count(),
+        "judged": ended.exclude(outcome="unknown").count(),
+    }
+    assert Evaluation.objects.filter(kind="judge", accomplished__isnull=False).exists()
     # Deterministic: the same seed writes the same history again.
     first = list(Run.objects.order_by("id").values_list("status", "score", "step_count")[:60])
     call_command("generate_history", runs=60, long_run_steps=40, strategies=8, stdout=io.StringIO())

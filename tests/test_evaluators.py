@@ -117,10 +117,13 @@ class TestOfflineJudge:
         bad = make_finished_run(text="Summarise report.txt and count its words", status=Run.Status.FAILED)
         Step.objects.create(run=bad, index=0, kind=Step.Kind.TOOL_CALL, tool_name="read_file", success=False)
         high, low = offline_heuristic_judge(good, {}), offline_heuristic_judge(bad, {})
-        # Task words {summarise, report, count, words}; the answer has {report, words}: on topic 2/4.
-        assert high.score == pytest.approx(0.4 + 0.2 + 0.2 * 2 / 4 + 0.2)
-        assert high.details["parts"]["on_topic"] == 0.5
-        assert low.score == 0.0
+        # Task words {summarise, report, txt, count, words}; the answer has {report, words}: on
+        # topic 2/5. New: "summarises", "quarterly" and 80, three pieces: full substance.
+        assert high.details["parts"]["on_topic"] == pytest.approx(0.4)
+        assert high.details["new_information"] == ["quarterly", "summarises", "80"]
+        assert high.score == pytest.approx(0.55 + 0.15 * 0.4 + 0.15 + 0.15)
+        assert high.accomplished is True
+        assert low.score == 0.0 and low.accomplished is False
         assert low.feedback.startswith("Offline heuristic judge (no LLM):")
         assert "1 of 1 tool calls failed" in low.feedback
 
@@ -131,10 +134,15 @@ class TestLLMJudge:
         run = make_finished_run(output="4", expected_answer="4")
         verdict = judge_evaluator(run, {})
         assert verdict.score == 0.9 and verdict.feedback == "Correct and complete."
+        assert verdict.accomplished is True
         assert verdict.details["model"] == "judge-test" and verdict.details["tokens_in"] == 42
         request = judge_server.requests[-1]
         assert request["response_format"]["type"] == "json_schema"
-        assert request["response_format"]["json_schema"]["schema"]["required"] == ["score", "feedback"]
+        schema = request["response_format"]["json_schema"]["schema"]
+        assert schema["required"] == ["score", "accomplished", "feedback"]
+        assert schema["properties"]["accomplished"] == {
+            "type": "boolean", "description": "true only if the answer does what the task asked"
+        }  # fmt: skip
         assert "Expected answer:\n4" in request["messages"][1]["content"]
         assert judge_name() == "llm_judge:judge-test"
 

@@ -3,14 +3,17 @@
 Four days from Sunday 1 November 2026 (UTC); Nov 4 has no runs. One run before the window
 (R0, 30 Oct) makes an error "already seen" without being counted itself.
 
-run  created       kind        status     score  errors (signature)     needed a person
-R0   Oct 30        general     succeeded  -      D                      human score (outside)
-R1   Nov 1 10:00   arithmetic  succeeded  0.8    A                      -
-R2   Nov 1 11:00   email       failed     0.2    A (rep), B             tool confirmation
-R3   Nov 2 09:00   arithmetic  succeeded  0.6    B (rep)                human score
-R4   Nov 2 12:00   arithmetic  cancelled  -      -                      cancelled + confirmation
-R5   Nov 3 08:00   general     running    -      C, C (same run)        retried by R6
-R6   Nov 3 10:00   general     succeeded  1.0    A (rep), D (rep)       -
+run  created       kind        status     score  outcome           errors (signature)   needed a person
+R0   Oct 30        general     succeeded  -      accomplished      D                    human score (outside)
+R1   Nov 1 10:00   arithmetic  succeeded  0.8    accomplished      A                    -
+R2   Nov 1 11:00   email       failed     0.2    not accomplished  A (rep), B           tool confirmation
+R3   Nov 2 09:00   arithmetic  succeeded  0.6    not accomplished  B (rep)              human score
+R4   Nov 2 12:00   arithmetic  cancelled  -      not accomplished  -                    cancelled + confirmation
+R5   Nov 3 08:00   general     running    -      unknown           C, C (same run)      retried by R6
+R6   Nov 3 10:00   general     succeeded  1.0    unknown           A (rep), D (rep)     -
+
+R3 answered ("succeeded") without accomplishing its task; R6 has no verdict (evaluated before
+outcomes existed): both count as ended runs that are not a success.
 """
 
 from datetime import UTC, date, datetime
@@ -29,6 +32,7 @@ pytestmark = pytest.mark.django_db
 
 K = Task.Kind
 S = Run.Status
+OC = Run.Outcome
 
 
 def at(month: int, day: int, hour: int = 12) -> datetime:
@@ -45,28 +49,28 @@ def tool_step(run, tool, *, ms, ok, attempts=1, signature=""):
 
 @pytest.fixture
 def history(reviewer):
-    def run(created, kind, status, score=None):
-        return make_finished_run(kind=kind, status=status, score=score, created_at=created, output="x")
+    def run(created, kind, status, score=None, outcome=OC.UNKNOWN):
+        return make_finished_run(kind=kind, status=status, score=score, outcome=outcome, created_at=created, output="x")
 
-    r0 = run(at(10, 30), K.GENERAL, S.SUCCEEDED)
+    r0 = run(at(10, 30), K.GENERAL, S.SUCCEEDED, outcome=OC.ACCOMPLISHED)
     tool_step(r0, "read_file", ms=5, ok=False, signature="D")
     Evaluation.objects.create(run=r0, evaluator="human", kind="human", score=1, author=reviewer)
 
-    r1 = run(at(11, 1, 10), K.ARITHMETIC, S.SUCCEEDED, 0.8)
+    r1 = run(at(11, 1, 10), K.ARITHMETIC, S.SUCCEEDED, 0.8, OC.ACCOMPLISHED)
     tool_step(r1, "calculator", ms=100, ok=True)
     tool_step(r1, "calculator", ms=300, ok=False, attempts=3, signature="A")
 
-    r2 = run(at(11, 1, 11), K.EMAIL_TRIAGE, S.FAILED, 0.2)
+    r2 = run(at(11, 1, 11), K.EMAIL_TRIAGE, S.FAILED, 0.2, OC.NOT_ACCOMPLISHED)
     tool_step(r2, "calculator", ms=200, ok=False, signature="A")
     tool_step(r2, "read_file", ms=40, ok=False, attempts=2, signature="B")
     ToolConfirmation.objects.create(run=r2, turn=1, tool_call_id="c1", tool_name="send_email")
 
-    r3 = run(at(11, 2, 9), K.ARITHMETIC, S.SUCCEEDED, 0.6)
+    r3 = run(at(11, 2, 9), K.ARITHMETIC, S.SUCCEEDED, 0.6, OC.NOT_ACCOMPLISHED)
     tool_step(r3, "calculator", ms=50, ok=True)
     tool_step(r3, "read_file", ms=60, ok=False, signature="B")
     Evaluation.objects.create(run=r3, evaluator="human", kind="human", score=0.6, author=reviewer)
 
-    r4 = run(at(11, 2, 12), K.ARITHMETIC, S.CANCELLED)
+    r4 = run(at(11, 2, 12), K.ARITHMETIC, S.CANCELLED, outcome=OC.NOT_ACCOMPLISHED)
     ToolConfirmation.objects.create(run=r4, turn=1, tool_call_id="c2", tool_name="send_email")
 
     r5 = run(at(11, 3, 8), K.GENERAL, S.RUNNING)
@@ -99,31 +103,33 @@ def test_periods_cover_the_window_including_empty_days():
 
 def test_score_trend_per_day(history):
     rows = metrics.score_trend(window())
-    assert pick(rows, "period", "runs", "scored", "succeeded") == [
-        (date(2026, 11, 1), 2, 2, 1),
-        (date(2026, 11, 2), 2, 1, 1),
-        (date(2026, 11, 3), 1, 1, 1),  # R5 is still running: left out
-        (date(2026, 11, 4), 0, 0, 0),
+    assert pick(rows, "period", "runs", "scored", "succeeded", "accomplished", "unknown") == [
+        (date(2026, 11, 1), 2, 2, 1, 1, 0),
+        (date(2026, 11, 2), 2, 1, 1, 0, 0),  # R3 answered, not accomplished
+        (date(2026, 11, 3), 1, 1, 1, 0, 1),  # R5 is still running: left out; R6 unknown
+        (date(2026, 11, 4), 0, 0, 0, 0, 0),
     ]
     assert [r["avg_score"] for r in rows] == pytest.approx([0.5, 0.6, 1.0, None])
-    assert [r["success_rate"] for r in rows] == pytest.approx([0.5, 0.5, 1.0, None])
+    # Accomplished / ended: answering is not succeeding, and unknown is not a success.
+    assert [r["success_rate"] for r in rows] == pytest.approx([0.5, 0.0, 0.0, None])
 
 
 def test_score_trend_per_week_and_kind(history):
     weeks = metrics.score_trend(window("week"))
-    assert pick(weeks, "runs", "scored", "succeeded") == [(2, 2, 1), (3, 2, 2)]
+    assert pick(weeks, "runs", "scored", "succeeded", "accomplished") == [(2, 2, 1, 1), (3, 2, 2, 0)]
     assert [r["avg_score"] for r in weeks] == pytest.approx([0.5, 0.8])
-    assert [r["success_rate"] for r in weeks] == pytest.approx([0.5, 2 / 3])
+    assert [r["success_rate"] for r in weeks] == pytest.approx([0.5, 0.0])
     arithmetic = metrics.score_trend(window(kind=K.ARITHMETIC))
-    assert pick(arithmetic, "runs", "succeeded") == [(1, 1), (2, 1), (0, 0), (0, 0)]
+    assert pick(arithmetic, "runs", "succeeded", "accomplished") == [(1, 1, 1), (2, 1, 0), (0, 0, 0), (0, 0, 0)]
     assert [r["avg_score"] for r in arithmetic] == pytest.approx([0.8, 0.6, None, None])
 
 
 def test_score_summary(history):
     summary = metrics.score_summary(window())
     assert (summary["runs"], summary["scored"], summary["succeeded"]) == (5, 4, 3)
+    assert (summary["accomplished"], summary["unknown"]) == (1, 1)
     assert summary["avg_score"] == pytest.approx(0.65)
-    assert summary["success_rate"] == pytest.approx(0.6)
+    assert summary["success_rate"] == pytest.approx(1 / 5)
 
 
 def test_repeated_errors_per_day(history):

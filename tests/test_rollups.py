@@ -33,15 +33,17 @@ def test_the_evaluation_task_counts_an_ended_run_and_its_score():
     run.refresh_from_db()
     row = stats(2)
     assert (row.runs, row.ended, row.succeeded, row.scored, row.errors) == (1, 1, 1, 1, 1)
+    assert run.outcome == Run.Outcome.ACCOMPLISHED and (row.accomplished, row.judged) == (1, 1)
     assert row.score_sum == pytest.approx(run.score)
 
 
 def test_a_human_score_is_counted_at_once(reviewer):
     run = make_finished_run(created_at=at(2), score=0.2)
     assert (stats(2).human_scored, stats(2).intervened) == (0, 0)
-    services.run_add_human_score(run=run, user=reviewer, score=0.9)
+    services.run_add_human_score(run=run, user=reviewer, score=0.9, outcome=Run.Outcome.ACCOMPLISHED)
     row = stats(2)
     assert (row.human_scored, row.intervened, row.score_sum) == (1, 1, pytest.approx(0.9))
+    assert (row.accomplished, row.judged) == (1, 1)  # the reviewer's verdict, counted at once
 
 
 def test_a_rerun_and_a_cancel_queue_a_refresh_of_the_original_day(

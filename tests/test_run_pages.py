@@ -19,7 +19,7 @@ def test_run_page_shows_the_trace_and_answer(client, operator, demo_workspace):
     execute_run(run.pk)
     client.force_login(operator)
     html = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
-    assert "Succeeded" in html
+    assert "Answered" in html
     assert "It has 80 words" in html
     assert html.count('class="step ') == 5
     assert "Read the file" in html  # the plan
@@ -54,9 +54,9 @@ def test_an_active_run_appends_new_steps_and_stops_polling_when_it_ends(client, 
     Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED, finished_at=timezone.now(), final_output="4")
     fragment = client.get(url, {"after": 1}, headers=htmx).content.decode()
     assert "every 1s" not in fragment and "trace-tail" not in fragment  # ended: polling stops
-    assert "Succeeded" in fragment and 'id="final-output"' in fragment
+    assert "Answered" in fragment and 'id="final-output"' in fragment
     fragment = client.get(url, {"after": 1, "seen": "running"}, headers=htmx).content.decode()
-    assert f'<span id="run-announce-{run.pk}" hx-swap-oob="innerHTML">Run #{run.pk}: Succeeded</span>' in fragment
+    assert f'<span id="run-announce-{run.pk}" hx-swap-oob="innerHTML">Run #{run.pk}: Answered</span>' in fragment
 
 
 def test_the_summary_alone_is_the_htmx_answer_without_after(client, operator):

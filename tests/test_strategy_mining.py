@@ -25,7 +25,7 @@ def test_it_runs_on_postgresql():
 
 def test_it_finds_the_planted_patterns_with_their_evidence():
     history = planted_history()
-    patterns = {p.key: p for p in mine()}
+    patterns = {p.key: p for p in mine(window_days=30)}
     failing_ids = sorted(r.pk for r in history["failing"])
 
     error = patterns["error_signature:file_analysis:sig-read_text_file-No such fi"]
@@ -53,18 +53,18 @@ def test_it_finds_the_planted_patterns_with_their_evidence():
 
 def test_it_finds_nothing_in_noise():
     noise_history()
-    assert mine() == []
+    assert mine(window_days=30) == []
 
 
 def test_below_the_minimum_support_is_not_a_pattern(settings):
     settings.STRATEGY_MIN_SUPPORT = 13
     planted_history()
-    assert not [p for p in mine() if p.task_kind == "file_analysis"]
+    assert not [p for p in mine(window_days=30) if p.task_kind == "file_analysis"]
 
 
 def test_proposals_carry_evidence_guardrails_and_a_worked_example():
     planted_history()
-    mine_and_propose()
+    mine_and_propose(window_days=30)
     resolve = Strategy.objects.get(pattern_kind="error_signature")
     version = resolve.current_version
     assert resolve.status == "proposed" and resolve.support == 12 and resolve.confidence == 1.0
@@ -86,14 +86,14 @@ def test_proposals_carry_evidence_guardrails_and_a_worked_example():
 
 def test_mining_again_merges_and_raises_support():
     planted_history()
-    mine_and_propose()
+    mine_and_propose(window_days=30)
     count = Strategy.objects.count()
-    mine_and_propose()  # nothing new: nothing changes
+    mine_and_propose(window_days=30)  # nothing new: nothing changes
     assert Strategy.objects.count() == count and not StrategyEvent.objects.filter(action="merge").exists()
     for i in range(3):
         add_run(status="failed", score=None, text=f"Summarise more-{i}.txt",
                 calls=[("read_text_file", "No such file"), ("list_directory", "")])  # fmt: skip
-    mine_and_propose()
+    mine_and_propose(window_days=30)
     resolve = Strategy.objects.get(pattern_kind="error_signature")
     assert Strategy.objects.count() == count
     assert resolve.support == 15 and resolve.evidence.count() == 15
@@ -106,7 +106,7 @@ def test_autonomy_sends_strong_proposals_to_trial_never_to_active(settings):
     settings.STRATEGY_AUTONOMY_MIN_SUPPORT = 10
     settings.STRATEGY_AUTONOMY_MIN_CONFIDENCE = 0.9
     planted_history()
-    mine_and_propose()
+    mine_and_propose(window_days=30)
     statuses = dict(Strategy.objects.values_list("pattern_kind", "status"))
     assert statuses["error_signature"] == "trial"  # support 12, confidence 1.0
     assert statuses["task_keywords"] == "proposed"  # support 8: below the bar
@@ -125,7 +125,7 @@ def test_with_an_endpoint_the_model_writes_the_guidance(settings):
         endpoint.responder = lambda body: completion(
             '{"title": "Find the file first", "guidance": "List sub-folders before reading a file."}'
         )
-        mine_and_propose()
+        mine_and_propose(window_days=30)
         prompt = endpoint.requests[0]["messages"][0]["content"]
     version = Strategy.objects.get(pattern_kind="error_signature").current_version
     assert version.strategy.title == "Find the file first"
@@ -142,6 +142,6 @@ def test_a_model_that_answers_nonsense_leaves_the_template(settings):
         settings.LLM_BACKEND = "openai"
         settings.OPENAI_BASE_URL = endpoint.base_url
         endpoint.responder = lambda body: completion("I think you should be careful.")
-        mine_and_propose()
+        mine_and_propose(window_days=30)
     version = Strategy.objects.get(pattern_kind="error_signature").current_version
     assert version.new_guidance.startswith("When calling read_text_file in file analysis tasks")

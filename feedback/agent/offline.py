@@ -141,8 +141,8 @@ class OfflineDemoModel:
         if expression:
             return "arithmetic", self._arithmetic(expression, seen, turn)
         return "", LLMReply(
-            content="The offline demo model only handles support-email triage, file analysis "
-            "and arithmetic tasks. Configure an LLM endpoint for anything else."
+            content="I cannot do this task: the offline demo model only handles support-email triage, "
+            "file analysis and arithmetic tasks. Configure an LLM endpoint for anything else."
         )
 
     # --- support-email triage -------------------------------------------------------------
@@ -241,7 +241,7 @@ class OfflineDemoModel:
         if analysis is None:
             return LLMReply(tool_calls=[_call(turn, "analyze_text", path=read_path)])
         if not analysis.ok:
-            return LLMReply(content=f"I read {read_path} but could not analyse it: {analysis.error}")
+            return LLMReply(content=f"I could not analyse {read_path}: {analysis.error}")
         stats = analysis.result
         return LLMReply(
             content=(

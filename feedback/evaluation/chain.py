@@ -1,4 +1,5 @@
-"""The evaluator chain: one round of evaluations per call, and the run's composite score.
+"""The evaluator chain: one round of evaluations per call, the run's composite score and its
+outcome.
 
 The composite rule, written down once (``composite_score``):
 
@@ -8,6 +9,22 @@ The composite rule, written down once (``composite_score``):
    with the weights the profile gave when that round ran. Failed evaluators are left out (the
    others' weights are renormalised), so one broken judge does not zero a run.
 3. No successful score at all: no score (``None``), never a made-up number.
+
+The outcome rule, written down once (``run_outcome``). A run's status says how the process
+ended ("succeeded": with a final answer); its outcome says whether the task was accomplished.
+Each evaluation may give a verdict (``Evaluation.accomplished``: yes, no, or none); a failed
+evaluation gives none. The outcome is the first of:
+
+1. **A person's verdict**: the latest human evaluation that says accomplished or not. People
+   outrank every automatic evaluator, as for the score.
+2. **Not accomplished** if the run ended without an answer (failed or cancelled).
+3. **The reference's verdict**, when the task has an expected answer (latest automatic round):
+   the answer matches it fully or it does not. A known right answer outweighs any heuristic.
+4. **Not accomplished** on any hard evidence in the latest round: the rule evaluator found that
+   the answer gives up (a refusal, "I could not find…", "I don't know"), or the judge says no.
+5. **The judge's verdict** (an LLM's ``accomplished``, or the offline heuristic judge's).
+6. **Unknown**: nothing to decide from (not evaluated yet, the judge failed and there is no
+   reference). Unknown is never counted as accomplished.
 """
 
 import logging
@@ -47,6 +64,32 @@ def composite_score(run: Run) -> float | None:
     if total_weight <= 0:
         return None
     return round(sum(s * w for s, w in rows) / total_weight, 4)
+
+
+def run_outcome(run: Run) -> str:
+    """The run's outcome from its status and evaluations, by the rule in this module's docstring."""
+    verdicts = Evaluation.objects.filter(run=run, status=Evaluation.Status.OK)
+    human = verdicts.filter(kind=Evaluation.Kind.HUMAN, accomplished__isnull=False).order_by("-created_at", "-id")
+    person = human.values_list("accomplished", flat=True).first()
+    if person is not None:
+        return _outcome(person)
+    if run.status in (Run.Status.FAILED, Run.Status.CANCELLED):
+        return Run.Outcome.NOT_ACCOMPLISHED
+    automatic = verdicts.exclude(kind=Evaluation.Kind.HUMAN)
+    latest = automatic.aggregate(r=Max("round"))["r"]
+    said = list(automatic.filter(round=latest, accomplished__isnull=False).values_list("kind", "accomplished"))
+    reference = [yes for kind, yes in said if kind == Evaluation.Kind.REFERENCE]
+    if reference:
+        return _outcome(all(reference))
+    if any(yes is False for _, yes in said):
+        return Run.Outcome.NOT_ACCOMPLISHED
+    if any(yes for _, yes in said):
+        return Run.Outcome.ACCOMPLISHED
+    return Run.Outcome.UNKNOWN
+
+
+def _outcome(accomplished: bool) -> str:
+    return Run.Outcome.ACCOMPLISHED if accomplished else Run.Outcome.NOT_ACCOMPLISHED
 
 
 def _automatic_rounds(run_id: int):
@@ -90,13 +133,15 @@ def _judge(run: Run) -> list[dict]:
                 "score": min(1.0, max(0.0, float(verdict.score))),
                 "feedback": verdict.feedback,
                 "details": verdict.details,
+                "accomplished": verdict.accomplished,
             }
         )
     return results
 
 
 def evaluate_run(run_id: int, *, expected_round: int | None = None) -> list[Evaluation]:
-    """Score a finished run with its profile's evaluators as a new round, then its composite.
+    """Score a finished run with its profile's evaluators as a new round, then its composite
+    score and its outcome.
 
     Idempotent, so a redelivered task does no double work: without ``expected_round`` it only
     evaluates a run that has no automatic round yet (the evaluation when the run ends); with it,
@@ -122,8 +167,9 @@ def evaluate_run(run_id: int, *, expected_round: int | None = None) -> list[Eval
             return []  # another worker wrote this round while the evaluators ran
         rows = Evaluation.objects.bulk_create(Evaluation(run=run, round=round_number, **r) for r in results)
         run.score = composite_score(run)
-        run.save(update_fields=["score"])
-        # The run has ended and has its score: its day's metric rollup counts both, committed
-        # with the score so no reader sees one without the other.
+        run.outcome = run_outcome(run)
+        run.save(update_fields=["score", "outcome"])
+        # The run has ended and has its score and outcome: its day's metric rollup counts them,
+        # committed with them so no reader sees one without the other.
         daily_stats_refresh_run(run_id=run_id)
     return rows

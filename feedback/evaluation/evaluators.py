@@ -3,6 +3,9 @@
 Each evaluator is a function ``(run, config) -> Verdict`` (or ``None`` when it does not apply,
 e.g. a reference evaluator on a task without an expected answer). Raising ``EvaluatorError``
 marks that one evaluation as failed; the chain keeps the other evaluators' scores.
+
+Beside its score, a verdict may say whether the task was accomplished (``accomplished``: True,
+False, or None for no opinion); the chain decides the run's outcome from these (chain.py).
 """
 
 import re
@@ -21,6 +24,8 @@ class Verdict:
     score: float
     feedback: str
     details: dict[str, Any] = field(default_factory=dict)
+    # Whether the task was accomplished, in this evaluator's view; None: it cannot tell.
+    accomplished: bool | None = None
 
 
 class EvaluatorError(Exception):
@@ -43,13 +48,50 @@ def numbers_in(text: str) -> list[float]:
     return [float(m.replace(",", "")) for m in _NUMBER.findall(text)]
 
 
+# --- refusals ---------------------------------------------------------------------------------
+# An answer that gives up rather than answers: the agent speaking of itself ("I could not find
+# release-notes.txt", "I'm unable to", "I don't know"), or opening with a failure ("Could not
+# find…", "Unable to…", "Sorry…"). The first person singular or the answer's opening only: a
+# summary that quotes "the team could not find a venue" or "we cannot log in" is not a refusal,
+# and "I found no urgent email" is an answer.
+_REFUSALS = [
+    re.compile(
+        r"\bi\s+(?:really\s+|simply\s+|still\s+)?(?:could\s+not|couldn't|cannot|can\s+not|can't|"
+        r"was\s+(?:not\s+able|unable)\s+to|do\s+not\s+know|don't\s+know|failed\s+to|have\s+no\s+way\s+to)\b",
+        re.IGNORECASE,
+    ),
+    re.compile(r"\b(?:i'm|i\s+am)\s+(?:not\s+able|unable)\s+to\b|\b(?:i'm|i\s+am)\s+sorry\b", re.IGNORECASE),
+    re.compile(
+        r"^\W*(?:sorry|could\s+not|couldn't|cannot|can't|unable\s+to|failed\s+to|no\s+such\s+file|not\s+found)\b",
+        re.IGNORECASE,
+    ),
+]
+
+
+def refusal_in(text: str) -> str:
+    """The words of ``text`` that give up on the task (a refusal, "could not find", "I don't
+    know"), or "" when it has none."""
+    # Typographic apostrophes count as plain ones: models write "I couldn’t" too.
+    text = (text or "").replace("’", "'")
+    for pattern in _REFUSALS:
+        found = pattern.search(text)
+        if found:
+            return found.group(0).strip()
+    return ""
+
+
 # --- rule-based -----------------------------------------------------------------------------
 def rule_evaluator(run: Run, config: dict) -> Verdict:
-    """Share of the configured checks the final answer passes: keywords, length, format."""
+    """Share of the configured checks the final answer passes: keywords, length, format, and
+    no refusal. Its verdict on the task is only ever negative (hard evidence: the run did not
+    answer, or its answer gives up); the checks of form alone do not show a task done."""
     output = run.final_output or ""
     checks: list[dict[str, Any]] = []
     if run.status != Run.Status.SUCCEEDED:
         checks.append({"check": "succeeded", "ok": False, "message": f"the run ended {run.status}"})
+    refusal = refusal_in(output)
+    if refusal:
+        checks.append({"check": "no_refusal", "ok": False, "message": f"gives up (“{refusal}”)"})
     for keyword in config.get("keywords", []):
         ok = normalise(str(keyword)) in normalise(output)
         checks.append({"check": "keyword", "ok": ok, "message": f"mentions “{keyword}”"})
@@ -71,7 +113,13 @@ def rule_evaluator(run: Run, config: dict) -> Verdict:
     passed = sum(c["ok"] for c in checks)
     failed = [c["message"] for c in checks if not c["ok"]]
     feedback = "All checks passed." if not failed else "Failed: " + "; ".join(failed) + "."
-    return Verdict(score=passed / len(checks), feedback=feedback, details={"checks": checks})
+    gave_up = run.status != Run.Status.SUCCEEDED or bool(refusal)
+    return Verdict(
+        score=passed / len(checks),
+        feedback=feedback,
+        details={"checks": checks},
+        accomplished=False if gave_up else None,
+    )
 
 
 # --- reference-based ------------------------------------------------------------------------
@@ -154,7 +202,9 @@ COMPARISONS = {
 
 
 def reference_evaluator(run: Run, config: dict) -> Verdict | None:
-    """Compare the final answer with the task's expected answer; not applicable without one."""
+    """Compare the final answer with the task's expected answer; not applicable without one.
+    Its verdict: accomplished when the answer matches fully (score 1: every expected label, the
+    number, the pattern), not accomplished otherwise."""
     expected = run.task.expected_answer
     if not expected.strip():
         return None
@@ -165,7 +215,7 @@ def reference_evaluator(run: Run, config: dict) -> Verdict | None:
     if compare is None:
         raise EvaluatorError(f"Unknown reference mode {mode!r}; use one of {', '.join(COMPARISONS)}.")
     score, feedback, details = compare(expected, run.final_output or "", config)
-    return Verdict(score=score, feedback=feedback, details={"mode": mode, **details})
+    return Verdict(score=score, feedback=feedback, details={"mode": mode, **details}, accomplished=score >= 1.0)
 
 
 EVALUATOR_KINDS = {

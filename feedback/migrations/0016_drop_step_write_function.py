@@ -23,6 +23,6 @@ def _previous():
 
 
 class Migration(migrations.Migration):
-    dependencies = [("feedback", "0011_workspace_owner")]
+    dependencies = [("feedback", "0012_run_outcome")]
 
     operations = [migrations.RunPython(forwards, backwards)]

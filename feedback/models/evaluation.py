@@ -28,6 +28,9 @@ class Evaluation(models.Model):
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.OK)
     score = models.FloatField(null=True, blank=True)
     weight = models.FloatField(default=1.0)
+    # The evaluator's verdict on the task, beside its score: done (True), not done (False), or
+    # no verdict (None). The run's outcome is decided from these (chain.py, ``run_outcome``).
+    accomplished = models.BooleanField(null=True, blank=True)
     feedback = models.TextField(blank=True)
     details = models.JSONField(default=dict, blank=True)
     author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)

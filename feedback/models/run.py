@@ -9,12 +9,25 @@ class Run(models.Model):
     """One attempt of the agent at a task: its state, the exact prompt it got and its outcome."""
 
     class Status(models.TextChoices):
+        """The process, not the task: whether the agent is still at it and how it stopped."""
+
         QUEUED = "queued", _("Queued")
         RUNNING = "running", _("Running")
         AWAITING_CONFIRMATION = "awaiting_confirmation", _("Awaiting confirmation")
-        SUCCEEDED = "succeeded", _("Succeeded")
+        # Stored as "succeeded" (older rows, URLs and the API keep it), shown as "Answered": the
+        # run ended with a final answer, which may well say "I could not find the file". Whether
+        # the task was done is the run's outcome.
+        SUCCEEDED = "succeeded", _("Answered")
         FAILED = "failed", _("Failed")
         CANCELLED = "cancelled", _("Cancelled")
+
+    class Outcome(models.TextChoices):
+        """The task, not the process: did the run accomplish what was asked? Decided by the
+        evaluators (feedback/evaluation/chain.py, ``run_outcome``) when the run is evaluated."""
+
+        ACCOMPLISHED = "accomplished", _("Accomplished")
+        NOT_ACCOMPLISHED = "not_accomplished", _("Not accomplished")
+        UNKNOWN = "unknown", _("Unknown")
 
     ACTIVE_STATUSES = frozenset({Status.QUEUED, Status.RUNNING, Status.AWAITING_CONFIRMATION})
 
@@ -47,6 +60,10 @@ class Run(models.Model):
     final_output = models.TextField(blank=True)
     error = models.TextField(blank=True)
     score = models.FloatField(null=True, blank=True)
+    # db_default too: rows written by raw SQL or COPY (the benchmark history) start unknown.
+    outcome = models.CharField(
+        max_length=16, choices=Outcome.choices, default=Outcome.UNKNOWN, db_default=Outcome.UNKNOWN
+    )
     step_count = models.PositiveIntegerField(default=0)
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
@@ -62,6 +79,8 @@ class Run(models.Model):
             models.Index(fields=["status", "task_kind", "-created_at", "-id"], name="run_status_kind_recent"),
             models.Index(fields=["task_kind", "created_at"], name="run_kind_created"),
             models.Index(fields=["score", "created_at"], name="run_score_created"),
+            # The run list's outcome filter, newest first like the status filter.
+            models.Index(fields=["outcome", "-created_at", "-id"], name="run_outcome_recent"),
         ]
         permissions = [
             ("view_metrics", "Can view metric trends"),
@@ -77,6 +96,9 @@ class Run(models.Model):
     def get_status_display(self) -> str:
         return _STATUS_LABELS.get(self.status, self.status)
 
+    def get_outcome_display(self) -> str:
+        return _OUTCOME_LABELS.get(self.outcome, self.outcome)
+
     def get_task_kind_display(self) -> str:
         return _KIND_LABELS.get(self.task_kind, self.task_kind)
 
@@ -87,6 +109,7 @@ class Run(models.Model):
 
 _STATUS_LABELS = dict(Run.Status.choices)
 _KIND_LABELS = dict(Task.Kind.choices)
+_OUTCOME_LABELS = dict(Run.Outcome.choices)
 
 
 class AppliedStrategy(models.Model):

@@ -18,6 +18,9 @@ class DailyRunStats(models.Model):
     runs = models.PositiveIntegerField(default=0)
     ended = models.PositiveIntegerField(default=0)
     succeeded = models.PositiveIntegerField(default=0)
+    # Of the ended runs: those whose outcome is accomplished, and those with a known outcome.
+    accomplished = models.PositiveIntegerField(default=0)
+    judged = models.PositiveIntegerField(default=0)
     scored = models.PositiveIntegerField(default=0)
     # A sum, not an average, so days add up into weeks and windows.
     score_sum = models.FloatField(default=0.0)
@@ -32,7 +35,7 @@ class DailyRunStats(models.Model):
     refreshed_at = models.DateTimeField(auto_now=True)
 
     COUNTS = (
-        "runs", "ended", "succeeded", "scored", "score_sum", "errors", "repeated_errors",
+        "runs", "ended", "succeeded", "accomplished", "judged", "scored", "score_sum", "errors", "repeated_errors",
         "runs_with_repeated", "intervened", "confirmed", "human_scored", "retried", "cancelled",
     )  # fmt: skip
 

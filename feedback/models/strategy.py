@@ -1,3 +1,5 @@
+from datetime import datetime
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -72,6 +74,17 @@ class Strategy(models.Model):
 
     def can_move_to(self, status: str) -> bool:
         return status in self.TRANSITIONS[self.status]
+
+    @property
+    def mined_over(self) -> dict | None:
+        """The window the latest mining of its pattern read: ``{"days": N, "since": datetime}``,
+        or ``{"days": None, "since": None}`` for all history; None when no window was recorded
+        (mined before windows were, or written by a person)."""
+        summary = self.evidence_summary or {}
+        if "window_days" not in summary:
+            return None
+        since = summary.get("since")
+        return {"days": summary["window_days"], "since": datetime.fromisoformat(since) if since else None}
 
 
 class StrategyVersion(models.Model):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.utils import timezone
@@ -46,7 +47,8 @@ class Phase:
         return {
             "runs": self.runs,
             "average score": scores["avg_score"],
-            "success rate": scores["success_rate"],
+            # The share of ended runs whose task was accomplished (metrics.score_trend).
+            "accomplished rate": scores["success_rate"],
             "errors per run": (errors["errors"] or 0) / max(1, self.runs),
             "repeated-error rate": errors["repeated_rate"],
             "repeated errors per run": errors["repeated_per_run"],
@@ -111,7 +113,7 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
     out(f"Phase 1: {tasks_per_phase} tasks with no live strategy...")
     before = run_phase("before", workload(rng, tasks_per_phase, workspace), user, workspace)
 
-    proposed = mine_and_propose()
+    proposed = mine_and_propose(window_days=settings.STRATEGY_MINING_WINDOW_DAYS)
     out(f"Mining proposed or reinforced {len(proposed)} strateg(ies):")
     for s in proposed:
         guardrails = len(s.current_version.guardrails)

@@ -118,7 +118,10 @@ def _written_by_model(pattern: Pattern, fallback: tuple[str, str, str, str]) -> 
 def worked_example(task_kind: str, tool: str = "") -> str:
     """A successful trajectory of a similar task, shown to the model as an example."""
     runs = Run.objects.filter(
-        task_kind=task_kind, status=Run.Status.SUCCEEDED, score__gte=settings.STRATEGY_GOOD_SCORE
+        task_kind=task_kind,
+        status=Run.Status.SUCCEEDED,
+        outcome=Run.Outcome.ACCOMPLISHED,
+        score__gte=settings.STRATEGY_GOOD_SCORE,
     ).exclude(steps__success=False)
     if tool:
         runs = runs.filter(steps__tool_name=tool)
@@ -162,7 +165,8 @@ def _merge(pattern: Pattern) -> tuple[bool, Strategy | None]:
         StrategyEvent.objects.create(
             strategy=strategy, version=strategy.current_version, action=StrategyEvent.Action.MERGE,
             from_status=strategy.status, to_status=strategy.status,
-            reason=f"Mined again: {len(new)} new failing run(s); support now {strategy.support}.",
+            reason=f"Mined again {pattern.window_text()}: {len(new)} new failing run(s); "
+            f"support now {strategy.support}.",
             snapshot=pattern.contrast(),
         )  # fmt: skip
     return True, strategy
@@ -193,7 +197,7 @@ def _create(pattern: Pattern) -> Strategy | None:
         strategy.evidence.add(*pattern.evidence)
         StrategyEvent.objects.create(
             strategy=strategy, version=version, action=StrategyEvent.Action.PROPOSE,
-            to_status=Strategy.Status.PROPOSED, reason="Mined from recurring failures.",
+            to_status=Strategy.Status.PROPOSED, reason=f"Mined from recurring failures {pattern.window_text()}.",
             snapshot={**version.snapshot(), "evidence": pattern.contrast()},
         )  # fmt: skip
     if (
@@ -210,7 +214,8 @@ def _create(pattern: Pattern) -> Strategy | None:
     return strategy
 
 
-def mine_and_propose(window_days: int | None = None) -> list[Strategy]:
+def mine_and_propose(*, window_days: int | None) -> list[Strategy]:
+    """Mine the last ``window_days`` days (None: all history) and propose what was found."""
     from .mining import mine
 
-    return propose(mine(window_days))
+    return propose(mine(window_days=window_days))

@@ -110,7 +110,7 @@ def _href(query: QueryDict, *, drop: str = "", **values: str) -> str:
 # but a plan item marked failed just after one; llm_backend is written when the run starts, after
 # its model, prompt, tools and strategies. The times make the elapsed time and the waterfall.
 RUN_STATE = (
-    "status", "step_count", "cancel_requested", "score", "plan", "llm_backend",
+    "status", "step_count", "cancel_requested", "score", "outcome", "plan", "llm_backend",
     "created_at", "started_at", "finished_at",
 )  # fmt: skip
 

@@ -130,8 +130,12 @@ def strategies_mine(request: HttpRequest) -> HttpResponse:
     _require_decider(request)
     from feedback.tasks import strategies_mine_task
 
-    strategies_mine_task.delay()
-    messages.success(request, _("Mining started: new proposals appear here when it is done."))
+    strategies_mine_task.delay()  # over STRATEGY_MINING_WINDOW_DAYS, as beat's hourly job
+    messages.success(
+        request,
+        _("Mining the last %(days)s days started: new proposals appear here when it is done.")
+        % {"days": settings.STRATEGY_MINING_WINDOW_DAYS},
+    )
     return redirect("feedback-strategy-list")
 
 

@@ -16,7 +16,7 @@ def test_a_reviewer_mines_reviews_and_approves_a_strategy(page, live_server, set
     planted_history()
     from feedback.strategies.proposals import mine_and_propose
 
-    mine_and_propose()  # what "Analyse now" queues for the worker
+    mine_and_propose(window_days=30)  # what "Analyse now" queues for the worker
     strategy = Strategy.objects.get(pattern_kind="error_signature")
 
     log_in(page, live_server, "reviewer", passwords["reviewer"])

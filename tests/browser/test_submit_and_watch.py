@@ -23,7 +23,7 @@ def test_staff_submit_a_task_and_watch_it_succeed(page, live_server, celery_work
     expect(page).to_have_url(re.compile(r"/runs/\d+/$"))
     expect(page.locator(".message.success")).to_contain_text("is queued")
     # The page refreshes itself (htmx polling) until the worker has finished the run.
-    expect(page.locator("#run-status")).to_have_text("Succeeded", timeout=30_000)
+    expect(page.locator("#run-status")).to_have_text("Answered", timeout=30_000)
     expect(page.locator("#final-output")).to_contain_text("It has 80 words")
     expect(page.locator("ol.trace > li")).to_have_count(5)
     expect(page.locator("ol.plan > li")).to_have_count(3)
@@ -34,7 +34,7 @@ def test_staff_submit_a_task_and_watch_it_succeed(page, live_server, celery_work
     run = Run.objects.get()
     assert run.status == Run.Status.SUCCEEDED
     page.get_by_role("link", name="Runs").click()
-    expect(page.locator(f"#run-{run.pk}")).to_contain_text("Succeeded")
+    expect(page.locator(f"#run-{run.pk}")).to_contain_text("Answered")
     screenshot("run-list")
 
 

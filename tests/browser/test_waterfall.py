@@ -71,7 +71,7 @@ def test_a_live_runs_scale_and_elapsed_time_move_with_the_poll_and_settle_when_i
 
     finished = timezone.now()
     Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED, finished_at=finished, final_output="Done.")
-    expect(page.locator("#run-status")).to_have_text("Succeeded")
+    expect(page.locator("#run-status")).to_have_text("Answered")
     expect(page.locator(f"#trace-tail-{run.pk}")).to_have_count(0)  # ended: the polling stops
     final_ms = math.ceil((finished - start).total_seconds() * 1000)
     assert int(page.evaluate(SPAN, run.pk)) == final_ms

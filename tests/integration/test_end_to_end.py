@@ -37,7 +37,7 @@ def test_a_submitted_task_runs_on_a_real_worker(client, celery_worker_process):
     assert run.final_output.startswith("Triaged 6 email(s); 3 urgent.")
 
     html = client.get(reverse("feedback-run-detail", args=[run_id])).content.decode()
-    assert "Succeeded" in html
+    assert "Answered" in html
     assert "Triaged 6 email(s); 3 urgent." in html
     assert html.count('class="step ') == len(steps)
 

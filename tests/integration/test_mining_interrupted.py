@@ -76,11 +76,11 @@ def test_a_failure_between_the_strategy_and_its_version_leaves_no_half_strategy(
     planted_history()
     version_trigger("IF nextval('rel_version_inserts') = 2 THEN RAISE EXCEPTION 'injected fault'; END IF;")
     with pytest.raises(DatabaseError, match="injected fault"):
-        mine_and_propose()
+        mine_and_propose(window_days=30)
     assert Strategy.objects.count() == 1  # the proposal before the fault is whole, the one at it is gone
     _assert_no_half_strategy()
 
-    mine_and_propose()  # the next mining run completes the job, without duplicates
+    mine_and_propose(window_days=30)  # the next mining run completes the job, without duplicates
     keys = list(Strategy.objects.values_list("pattern_key", flat=True))
     assert len(keys) == len(set(keys)) >= 4
     _assert_no_half_strategy()
@@ -94,7 +94,7 @@ def test_the_mining_process_killed_mid_proposal_leaves_no_half_strategy(version_
     url = f"{database_url()}?application_name={app}&options=-c%20client_connection_check_interval%3D200"
     env = {**os.environ, **THRESHOLDS, "DATABASE_URL": url, "VAR_DIR": str(tmp_path), "LLM_BACKEND": "offline"}
     code = "import django; django.setup(); from feedback.strategies.proposals import mine_and_propose; " \
-           "mine_and_propose()"  # fmt: skip
+           "mine_and_propose(window_days=30)"  # fmt: skip
     miner = subprocess.Popen([sys.executable, "-c", code], cwd=settings.BASE_DIR, env=env)
     try:
         with psycopg.connect(database_url(), autocommit=True) as admin:
