@@ -34,7 +34,9 @@ def confirmation_decide(request: HttpRequest, confirmation_id: int) -> HttpRespo
     confirmation = get_object_or_404(ToolConfirmation, pk=confirmation_id)
     form = ConfirmationForm(request.POST)
     if not form.is_valid():
-        messages.error(request, _("Choose approve or reject (a reason is at most 1000 characters)."))
+        # Nothing is decided: the card is still there, and says what was missing.
+        for errors in form.errors.values():
+            messages.error(request, " ".join(errors))
     else:
         approve = form.cleaned_data["decision"] == "approve"
         try:
