@@ -2,8 +2,12 @@
 sees what they are asked to confirm, a refusal says why, a schedule cannot flood the queue, and a
 run's working time is not the time it waited for them."""
 
+import re
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from feedback import tasks
 from feedback.models import JobLock, Run, ToolConfirmation
@@ -101,3 +105,82 @@ def test_a_cron_schedule_5_minutes_apart_or_more_is_accepted(client, staff, monk
     assert client.post(reverse("feedback-task-submit"), data).status_code == 302
     entry = PeriodicTask.objects.get(name__startswith="feedback-task-")
     assert str(entry.crontab).startswith(cron)
+
+
+# --- a run's time -------------------------------------------------------------------------------
+def _times(html: str) -> tuple[str, str]:
+    working = re.search(r'<dt>Working time</dt><dd id="run-elapsed">([\d.,]+ s)</dd>', html)
+    waited = re.search(r'<dt>Waited for people</dt><dd id="run-waited">([\d.,]+ s)</dd>', html)
+    assert working and waited, "the page shows no working time and time waited apart"
+    return working[1], waited[1]
+
+
+@pytest.mark.parametrize("cache_seconds", [0, 5])
+def test_a_runs_working_time_leaves_out_its_wait_for_a_reviewer(client, operator, settings, monkeypatch, cache_seconds):
+    settings.PAGE_CACHE_SECONDS = cache_seconds
+    now = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: now)
+    client.force_login(operator)
+
+    # Ended: 12 minutes from start to end, 10 of them waiting for a reviewer's confirmation.
+    ended = make_run(status=Run.Status.SUCCEEDED, started_at=now - timedelta(minutes=12), finished_at=now)
+    ToolConfirmation.objects.create(
+        run=ended, turn=1, tool_call_id="c1", tool_name="send_reply", status=ToolConfirmation.Status.APPROVED,
+        requested_at=now - timedelta(minutes=11), decided_at=now - timedelta(minutes=1),
+    )  # fmt: skip
+    assert _times(client.get(reverse("feedback-run-detail", args=[ended.pk])).content.decode()) == (
+        "120.0 s",
+        "600.0 s",
+    )
+
+    # Waiting now: its working time stands still while the time waited goes on, poll after poll.
+    waiting = make_run(status=Run.Status.AWAITING_CONFIRMATION, started_at=now - timedelta(minutes=12))
+    # Two calls of one turn wait together: their waits count once.
+    for call in ("c1", "c2"):
+        ToolConfirmation.objects.create(run=waiting, turn=1, tool_call_id=call, tool_name="send_reply",
+                                        requested_at=now - timedelta(minutes=2))  # fmt: skip
+    url = reverse("feedback-run-detail", args=[waiting.pk])
+    assert _times(client.get(url).content.decode()) == ("600.0 s", "120.0 s")
+    later = now + timedelta(seconds=30)
+    monkeypatch.setattr(timezone, "now", lambda: later)
+    assert _times(client.get(url).content.decode()) == ("600.0 s", "150.0 s")
+    assert _times(client.get(url, headers={"HX-Request": "true"}).content.decode()) == ("600.0 s", "150.0 s")
+
+    # Approved and running again: the clock moves again, the wait is closed.
+    ToolConfirmation.objects.filter(run=waiting).update(status="approved", decided_at=later)
+    Run.objects.filter(pk=waiting.pk).update(status=Run.Status.RUNNING)
+    monkeypatch.setattr(timezone, "now", lambda: later + timedelta(seconds=5))
+    assert _times(client.get(url).content.decode()) == ("605.0 s", "150.0 s")
+
+
+def test_a_reviewer_confirms_a_reply_seeing_its_real_recipient_and_its_body_as_text(
+    client, reviewer, operator, demo_workspace
+):
+    from feedback.agent.loop import execute_run
+    from feedback.privacy import email_pseudonym
+
+    run = make_run(text="Triage the emails in inbox/ and reply to the urgent ones", kind="email_triage",
+                   workspace=demo_workspace)  # fmt: skip
+    execute_run(run.pk)  # the offline model asks to reply to the urgent senders, and waits
+    first = run.confirmations.order_by("pk").first()
+    masked = email_pseudonym("ops@northwind.example")
+    assert first.arguments["to"] == masked
+    # A body with lines and markup, as a model may write it.
+    first.arguments["body"] = "Dear team,\n\nWe are on it.\n<script>alert(1)</script>"
+    first.save()
+
+    client.force_login(reviewer)
+    for url in (reverse("feedback-confirmation-list"), reverse("feedback-run-detail", args=[run.pk])):
+        html = client.get(url).content.decode()
+        card = html[html.index(f'id="confirmation-{first.pk}"') :]
+        card = card[: card.index("</form>")]
+        assert '<dt>Recipient</dt><dd class="prewrap">ops@northwind.example <span' in card
+        assert masked not in card and "{&#x27;to&#x27;" not in card and "{'to'" not in card
+        assert "<dt>Subject</dt>" in card and "<dt>Body</dt>" in card
+        assert "Dear team,\n\nWe are on it.\n&lt;script&gt;alert(1)&lt;/script&gt;</dd>" in card
+    # Who may not confirm sees the pseudonym; the stored row keeps it.
+    client.force_login(operator)
+    html = client.get(reverse("feedback-confirmation-list")).content.decode()
+    assert masked in html and "ops@northwind.example" not in html
+    first.refresh_from_db()
+    assert first.arguments["to"] == masked
