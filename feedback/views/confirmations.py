@@ -19,8 +19,10 @@ from feedback.forms import ConfirmationForm
 from feedback.models import Run, ToolConfirmation
 from feedback.privacy import unmask_emails
 
-# What a reviewer reads on a card, for the arguments that have a name people use.
+# What a reviewer reads on a card, in this order, for the arguments that have a name people use
+# (the others follow by name: PostgreSQL's jsonb keeps no order of its own).
 ARGUMENT_LABELS = {"to": _lazy("Recipient"), "subject": _lazy("Subject"), "body": _lazy("Body")}
+_ARGUMENT_ORDER = {name: i for i, name in enumerate(ARGUMENT_LABELS)}
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,10 @@ def with_arguments_shown(confirmations: Iterable[ToolConfirmation], *, user: Abs
             _run_files(confirmation.run) if reveal and confirmation.status == ToolConfirmation.Status.PENDING else None
         )
         arguments = confirmation.arguments if isinstance(confirmation.arguments, dict) else {"": confirmation.arguments}
-        confirmation.shown = [_shown(name, value, files) for name, value in arguments.items()]
+        ordered = sorted(
+            arguments.items(), key=lambda item: (_ARGUMENT_ORDER.get(item[0], len(_ARGUMENT_ORDER)), item[0])
+        )
+        confirmation.shown = [_shown(name, value, files) for name, value in ordered]
     return confirmations
 
 
