@@ -59,6 +59,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "feedback.pagecache.PageCacheMiddleware",
+    # After the user, the language and the messages are known: the 405 page shows them.
+    "feedback.middleware.MethodNotAllowedPageMiddleware",
 ]
 
 ROOT_URLCONF = "agentsite.urls"

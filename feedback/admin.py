@@ -97,3 +97,10 @@ class ToolConfirmationAdmin(admin.ModelAdmin):
     list_display = ["run", "tool_name", "status", "requested_at", "decided_by"]
     list_filter = ["status"]
     raw_id_fields = ["run", "decided_by"]
+
+
+@admin.register(models.JobLock)
+class JobLockAdmin(admin.ModelAdmin):
+    # A lock whose worker died with its job frees itself when it expires; deleting it here frees it now.
+    list_display = ("name", "acquired_at", "expires_at", "acquired_by")
+    readonly_fields = ("name", "token", "acquired_at", "expires_at", "acquired_by")

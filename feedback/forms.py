@@ -6,6 +6,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 from django.utils.translation import gettext_lazy as _
 
+from feedback.cron import MIN_GAP_MINUTES, CronError, check_schedule
 from feedback.models import Run, Strategy, Task, Workspace
 from feedback.selectors import workspaces_usable_by
 
@@ -153,15 +154,14 @@ class TaskForm(forms.Form):
         repeat = data.get("repeat")
         if repeat in ("minutes", "hours") and not data.get("every"):
             self.add_error("every", _("Say how often the task repeats."))
-        if repeat == "minutes" and (data.get("every") or 5) < 5:
+        if repeat == "minutes" and (data.get("every") or MIN_GAP_MINUTES) < MIN_GAP_MINUTES:
             self.add_error("every", _("A task repeats at most every 5 minutes."))
         if repeat == "cron":
-            from feedback.services import parse_cron
-
             try:
-                parse_cron(data.get("cron", ""))
-            except ValueError:
-                self.add_error("cron", _("Enter five fields, e.g. 0 7 * * 1-5."))
+                check_schedule(data.get("cron", ""))
+            except CronError as error:
+                # Which field, which value and why: "Minute 99 is out of range 0-59."
+                self.add_error("cron", str(error))
         return data
 
     def clean_text(self) -> str:
@@ -181,7 +181,15 @@ def _workspace_label(workspace: Workspace) -> str:
 
 class ConfirmationForm(forms.Form):
     decision = forms.ChoiceField(choices=[("approve", _("Approve")), ("reject", _("Reject"))])
-    reason = forms.CharField(max_length=1000, required=False)
+    # Optional when approving (a note); a refusal is the model's next observation and an audit
+    # record, so it says why.
+    reason = forms.CharField(label=_("Reason"), max_length=1000, required=False)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("decision") == "reject" and not (data.get("reason") or "").strip():
+            self.add_error("reason", _("Say why you refuse this call."))
+        return data
 
 
 class HumanScoreForm(forms.Form):

@@ -98,17 +98,12 @@ SCHEDULE_PREFIX = "feedback-task-"
 
 
 def parse_cron(expression: str) -> dict[str, str]:
-    """Five cron fields as CrontabSchedule's keyword arguments; ValueError if celery cannot
-    read them (it checks ranges and syntax)."""
-    from celery.schedules import crontab
+    """Five cron fields as CrontabSchedule's keyword arguments; ``cron.CronError`` (a ValueError
+    whose message names the field at fault) if celery cannot read them, if they never fire, or
+    if they fire more often than every ``cron.MIN_GAP_MINUTES``."""
+    from feedback.cron import check_schedule
 
-    fields = (expression or "").split()
-    if len(fields) != 5:
-        raise ValueError("A cron expression has five fields.")
-    names = ["minute", "hour", "day_of_month", "month_of_year", "day_of_week"]
-    values = dict(zip(names, fields, strict=True))
-    crontab(**values)  # raises ValueError on a field it cannot parse
-    return values
+    return check_schedule(expression)
 
 
 @transaction.atomic
@@ -214,7 +209,7 @@ def confirmation_decide(
         status=ToolConfirmation.Status.APPROVED if approve else ToolConfirmation.Status.REJECTED,
         decided_by=user,
         decided_at=timezone.now(),
-        reason=reason,
+        reason=mask_text(reason),  # stored like the rest of the confirmation (privacy.py)
     )
     if not decided:
         raise AlreadyDecided

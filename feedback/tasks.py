@@ -66,14 +66,24 @@ def strategy_trials_check_task() -> None:
 
 
 @shared_task(ignore_result=True, soft_time_limit=900)
-def demo_loop_task(tasks_per_phase: int = 60) -> None:
+def demo_loop_task(tasks_per_phase: int = 60, lock_token: str = "") -> None:
     from django.core.cache import cache
 
+    from feedback import locks
     from feedback.strategies.demo import run_demo_loop
 
-    lines: list[str] = []
-    run_demo_loop(tasks_per_phase=tasks_per_phase, auto_approve=True, out=lines.append)
-    cache.set("demo-loop:last-report", "\n".join(lines), 7 * 24 * 3600)
+    # The click that queued this loop holds the lock; a loop whose lock expired in the queue and
+    # was taken by a later click leaves the running to that one.
+    held = locks.job_lock_renew(name=locks.DEMO_LOOP, token=lock_token, seconds=locks.DEMO_LOOP_SECONDS)
+    if lock_token and not held:
+        logger.warning("demo loop: its lock has passed to a later request; not running it twice")
+        return
+    try:
+        lines: list[str] = []
+        run_demo_loop(tasks_per_phase=tasks_per_phase, auto_approve=True, out=lines.append)
+        cache.set("demo-loop:last-report", "\n".join(lines), 7 * 24 * 3600)
+    finally:
+        locks.job_lock_release(name=locks.DEMO_LOOP, token=lock_token)
 
 
 @shared_task(ignore_result=True)

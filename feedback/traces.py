@@ -8,7 +8,7 @@ from datetime import datetime
 from django.db.models import Prefetch, Q
 from django.utils import timezone
 
-from feedback.models import Run, Step
+from feedback.models import Run, Step, ToolConfirmation
 from feedback.selectors import run_applied_strategies
 
 # The first response of a run page renders this many steps; further pages load on scroll.
@@ -57,6 +57,30 @@ def trace_span_ms(*, started_at: datetime | None, created_at: datetime, finished
     (or creation, before it started) to its end, or to now while it has not ended."""
     end = finished_at or timezone.now()
     return max(1, math.ceil((end - (started_at or created_at)).total_seconds() * 1000))
+
+
+# A wait for a person: a confirmation's (requested_at, decided_at), decided_at None while pending.
+Wait = tuple[datetime, datetime | None]
+
+
+def run_waits(run_id: int) -> list[Wait]:
+    """When the run waited for people: each of its tool confirmations, requested to decided."""
+    return list(ToolConfirmation.objects.filter(run_id=run_id).values_list("requested_at", "decided_at"))
+
+
+def working_and_waited_seconds(*, started_at: datetime, end: datetime, waits: list[Wait]) -> tuple[float, float]:
+    """A run's time from ``started_at`` to ``end`` split into working time and time waited for
+    people (the waits' union: the calls of one turn wait together). A wait still pending lasts
+    until ``end``, so while a run awaits a confirmation its working time stands still."""
+    spans = sorted((max(asked, started_at), min(decided or end, end)) for asked, decided in waits)
+    waited, until = 0.0, started_at
+    for begin, finish in spans:
+        begin = max(begin, until)
+        if finish > begin:  # a decision stamped before its request (clocks apart) counts nothing
+            waited += (finish - begin).total_seconds()
+            until = finish
+    total = max(0.0, (end - started_at).total_seconds())
+    return max(0.0, total - waited), waited
 
 
 def trace_problems(run: Run, *, limit: int = 20) -> list[Step]:

@@ -94,6 +94,45 @@ def test_offline_model_does_arithmetic(db):
     assert step.attempts == 1 and step.attempt_rows.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("text", "expression", "value"),
+    [
+        ("What is seven times six plus three?", "7 * 6 + 3", 45),
+        ("add twelve and thirty", "(12 + 30)", 42),
+        ("What is the sum of 3, four and five?", "(3 + 4 + 5)", 12),
+        ("What is the product of six and seven?", "(6 * 7)", 42),
+        ("Two thousand three hundred and forty-five minus forty-five", "2345 - 45", 2300),
+        ("What is twelve squared divided by four?", "(12 ** 2) / 4", 36),
+        ("Subtract nineteen from a hundred", "(100 - 19)", 81),
+        ("What is the square root of one hundred and forty-four?", "sqrt(144)", 12),
+    ],
+)
+def test_offline_model_reads_arithmetic_in_words(db, text, expression, value):
+    run = make_run(text=text)
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert run.steps.get(tool_name="calculator").arguments == {"expression": expression}
+    assert run.final_output == f"{expression} = {value}"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        # Arithmetic it cannot read: it says what it reads, never that it does no arithmetic.
+        ("What is a dozen plus nine?", "I could not read a calculation in this task."),
+        ("What is half of forty plus nine?", "I could not read a calculation in this task."),
+        ("Write a poem about the sea", "looks like none of them"),
+    ],
+)
+def test_offline_model_says_honestly_what_it_cannot_read(db, text, says):
+    run = make_run(text=text, kind=Task.Kind.GENERAL)
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert says in run.final_output and "only handles" not in run.final_output
+    assert not run.steps.filter(tool_name="calculator").exists()
+
+
 def test_a_missing_file_leads_to_reflection_and_a_new_plan(demo_workspace):
     run = make_run(text="Summarise release-notes.txt", kind=Task.Kind.FILE_ANALYSIS, workspace=demo_workspace)
     execute_run(run.pk)

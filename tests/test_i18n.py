@@ -51,3 +51,19 @@ def test_the_metrics_charts_are_labelled_in_the_page_language(client, reviewer):
     text = chart_text()
     assert text["intervention_rate"] == "人工干预率（%）"
     assert text["p95"] == "p95（毫秒，估算）" and text["ms"] == "毫秒"
+
+
+def test_plan_statuses_are_words_of_the_page_not_stored_codes(client, reviewer):
+    from feedback.agent.tools.engine import PLAN_STATUSES
+    from feedback.templatetags.trace_format import PLAN_STATUS_LABELS
+
+    from .factories import make_run
+
+    assert set(PLAN_STATUS_LABELS) == set(PLAN_STATUSES)  # every status the plan tool stores has its words
+    plan = [{"title": f"Step {status}", "status": status} for status in PLAN_STATUSES]
+    run = make_run(status="running", plan=plan)
+    client.force_login(reviewer)
+    html = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
+    for code, words in (("pending", "pending"), ("in_progress", "in progress"), ("completed", "completed")):
+        assert f'<li class="plan-{code}"><span class="badge">{words}</span> Step {code}</li>' in html
+    assert '<span class="badge">in_progress</span>' not in html

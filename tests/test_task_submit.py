@@ -170,8 +170,13 @@ def test_a_recurring_task_gets_a_beat_entry_that_queues_new_runs(client, staff, 
     [
         ({"repeat": "hours"}, "every", "Say how often the task repeats."),
         ({"repeat": "minutes", "every": "1"}, "every", "at most every 5 minutes"),
-        ({"repeat": "cron", "cron": "61 * * * *"}, "cron", "Enter five fields"),
-        ({"repeat": "cron", "cron": "* * *"}, "cron", "Enter five fields"),
+        ({"repeat": "cron", "cron": "99 * * * *"}, "cron", "Minute 99 is out of range 0-59."),
+        ({"repeat": "cron", "cron": "0 24 * * *"}, "cron", "Hour 24 is out of range 0-23."),
+        ({"repeat": "cron", "cron": "0 7 * * 1-8"}, "cron", "Day of week 8 is out of range 0-6."),
+        ({"repeat": "cron", "cron": "*/0 * * * *"}, "cron", "Minute: a step is at least 1"),
+        ({"repeat": "cron", "cron": "1,,2 * * * *"}, "cron", "Minute: “1,,2” is not a value celery can read"),
+        ({"repeat": "cron", "cron": "0 0 31 2 *"}, "cron", "This schedule never fires"),
+        ({"repeat": "cron", "cron": "* * *"}, "cron", "A cron expression has five fields"),
     ],
 )
 def test_a_bad_schedule_is_refused(client, staff, data, field, message):

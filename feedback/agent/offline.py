@@ -2,8 +2,9 @@
 
 It is not an LLM and the UI says so. It reads the task and the observations in the
 conversation like a model would, and plans tool calls for the three demo task families:
-support-email triage, file analysis and arithmetic. It knows nothing about strategies: any
-improvement the feedback loop brings must come from mechanisms that work with any model.
+support-email triage, file analysis and arithmetic (in digits or in words: word_problems.py).
+It knows nothing about strategies: any improvement the feedback loop brings must come from
+mechanisms that work with any model.
 """
 
 import json
@@ -11,20 +12,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from . import word_problems
 from .llm import LLMReply, ToolCall
 
 _EMAIL_TASK = re.compile(r"\b(e-?mails?|inbox|triage|tickets?)\b", re.I)
 _REPLY_TASK = re.compile(r"\b(reply|respond|answer)\b", re.I)
 _FILE_NAME = re.compile(r"[\w./-]*\w\.(?:txt|md|csv|log|json)\b")
 _DIRECTORY = re.compile(r"\b([\w-]+)/")
-_NUMBER_WORDS = [
-    (r"\bmultiplied by\b|\btimes\b", "*"),
-    (r"\bdivided by\b|\bover\b", "/"),
-    (r"\bplus\b|\badded to\b", "+"),
-    (r"\bminus\b", "-"),
-    (r"\bto the power of\b", "**"),
-]
-_EXPRESSION = re.compile(r"[\d(][\d\s.+\-*/()%×÷^]*[\d)]")
 
 _LABELS = {
     "billing": ("invoice", "charge", "charged", "refund", "payment", "billing", "price"),
@@ -33,6 +27,17 @@ _LABELS = {
 }
 _URGENT = ("urgent", "asap", "immediately", "outage", "critical", "down", "today", "cannot")
 MAX_PARALLEL_READS = 8
+# No digits in either: the rule evaluator's "the answer holds a number" check stays honest.
+OUT_OF_SCOPE = (
+    "I cannot do this task: the offline demo model handles support-email triage, file analysis and "
+    "arithmetic, and this task looks like none of them. Configure an LLM endpoint for anything else."
+)
+CANNOT_READ_ARITHMETIC = (
+    "I could not read a calculation in this task. The offline demo model reads numbers in digits or "
+    "English words and the usual operations (plus, minus, times, divided by, squared, the sum or the "
+    "product of several numbers), not idioms, fractions or percentages. Write it with digits and "
+    "+ - * /, or configure an LLM endpoint."
+)
 _PLANS = {
     "triage": ["List the inbox", "Read every email", "Label each email and flag the urgent ones"],
     "file": ["Read the file", "Analyse the text", "Write the summary"],
@@ -137,13 +142,13 @@ class OfflineDemoModel:
             return "triage", self._triage(task, seen, turn)
         if _FILE_NAME.search(task) or re.search(r"\b(summari[sz]e|word count|count)\b", task, re.I):
             return "file", self._file_analysis(task, seen, turn)
-        expression = self._expression(task)
+        expression = word_problems.expression(task)
         if expression:
             return "arithmetic", self._arithmetic(expression, seen, turn)
-        return "", LLMReply(
-            content="I cannot do this task: the offline demo model only handles support-email triage, "
-            "file analysis and arithmetic tasks. Configure an LLM endpoint for anything else."
-        )
+        if word_problems.looks_like_arithmetic(task):
+            # Arithmetic it cannot read: say what it does read, not that it does no arithmetic.
+            return "", LLMReply(content=CANNOT_READ_ARITHMETIC)
+        return "", LLMReply(content=OUT_OF_SCOPE)
 
     # --- support-email triage -------------------------------------------------------------
     def _triage(self, task: str, seen: list[Observation], turn: int) -> LLMReply:
@@ -251,16 +256,7 @@ class OfflineDemoModel:
             )
         )
 
-    # --- arithmetic -----------------------------------------------------------------------
-    @staticmethod
-    def _expression(task: str) -> str:
-        text = task.lower().replace(",", "")
-        for pattern, symbol in _NUMBER_WORDS:
-            text = re.sub(pattern, f" {symbol} ", text)
-        candidates = [m.group(0).strip() for m in _EXPRESSION.finditer(text)]
-        candidates = [c for c in candidates if re.search(r"[+\-*/%×÷^]", c)]
-        return max(candidates, key=len) if candidates else ""
-
+    # --- arithmetic (read by word_problems) -------------------------------------------------
     def _arithmetic(self, expression: str, seen: list[Observation], turn: int) -> LLMReply:
         done = next((o for o in seen if o.tool == "calculator"), None)
         if done is None:

@@ -1,4 +1,5 @@
 from .evaluation import Evaluation, EvaluationProfile
+from .lock import JobLock
 from .run import AppliedStrategy, Run
 from .stats import DailyRunStats, DailyToolStats
 from .step import Step, StepAttempt
@@ -12,6 +13,7 @@ __all__ = [
     "DailyToolStats",
     "Evaluation",
     "EvaluationProfile",
+    "JobLock",
     "Run",
     "Step",
     "StepAttempt",

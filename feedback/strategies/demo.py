@@ -72,8 +72,9 @@ def workload(rng: random.Random, n: int, workspace: Workspace) -> list[tuple[str
         (12, lambda: ("file_analysis", "Count the words in meeting-notes.md", f"/\\b{notes} words/")),
         (20, lambda: ("email_triage", "Classify the emails in inbox/ and flag the urgent ones", "/3 urgent/")),
         (20, lambda: _sum(rng)),
-        # Numbers in words: beyond the rule-based model, whatever the strategies say.
-        (10, lambda: ("arithmetic", f"What is {rng.choice(['seven', 'twelve', 'forty'])} plus nine?", "")),
+        # Idioms for numbers: beyond the rule-based model's reading, whatever the strategies say (it
+        # reads "seven plus nine", not "a dozen plus nine", and says so).
+        (10, lambda: ("arithmetic", f"What is {rng.choice(['a dozen', 'half a dozen', 'a score'])} plus nine?", "")),
     ]
     weights = [w for w, _ in families]
     return [rng.choices(families, weights)[0][1]() for _ in range(n)]

@@ -14,7 +14,9 @@ from django.views.decorators.http import require_POST
 
 from feedback import pagecache, selectors, services, traces
 from feedback.forms import RunFilterForm
-from feedback.models import Run, Step
+from feedback.models import Run, Step, ToolConfirmation
+
+from .confirmations import with_arguments_shown
 
 RUNS_PER_PAGE = 50
 ADVANCED_FILTERS = ("score_min", "score_max", "tool", "error", "strategy", "since", "until")
@@ -118,10 +120,13 @@ RUN_STATE = (
 @functools.cache
 def _run_state_sql() -> str:
     # Read on every request, from the cache or not: the ORM's SQL is built once, as building it
-    # cost more than the rest of a page served from the cache.
+    # cost more than the rest of a page served from the cache. Whether the run ever asked a
+    # person comes with it: only then does its clock need the confirmations' times.
     last_step = Step.objects.filter(run=OuterRef("pk")).order_by("-index").values("index")[:1]
-    runs = Run.objects.filter(pk=0).annotate(last_step=Subquery(last_step))
-    sql, _params = runs.values_list("last_step", *RUN_STATE).query.sql_with_params()
+    # (A subquery of an id, not EXISTS: that would add a parameter to the SQL kept here.)
+    asked = ToolConfirmation.objects.filter(run=OuterRef("pk")).values("pk")[:1]
+    runs = Run.objects.filter(pk=0).annotate(last_step=Subquery(last_step), asked=Subquery(asked))
+    sql, _params = runs.values_list("last_step", "asked", *RUN_STATE).query.sql_with_params()
     return sql
 
 
@@ -132,8 +137,9 @@ def _run_state(run_id: int) -> tuple | None:
     if row is None:
         return None
     # SQLite hands back naive UTC times (PostgreSQL aware ones), as the ORM's converters would fix.
-    *columns, created_at, started_at, finished_at = row
-    return (*columns, *(_aware(moment) for moment in (created_at, started_at, finished_at)))
+    last_step, asked, *columns, created_at, started_at, finished_at = row
+    times = (_aware(moment) for moment in (created_at, started_at, finished_at))
+    return (last_step, asked is not None, *columns, *times)
 
 
 def _aware(moment: datetime | str | None) -> datetime | None:
@@ -149,10 +155,13 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     state = _run_state(run_id)
     if state is None:
         raise Http404
-    last_step, created_at, started_at, finished_at = state[0], *state[-3:]
+    last_step, asked, created_at, started_at, finished_at = state[0], state[1], *state[-3:]
     # While the run has not ended its elapsed time and its waterfall's scale move with the clock:
     # the page holds placeholders, and every response, cached or not, gets the values of now.
-    clock = {} if finished_at else _timing(run_id, created_at=created_at, started_at=started_at, finished_at=None)
+    clock = {}
+    if not finished_at:
+        waits = traces.run_waits(run_id) if asked else None
+        clock = _timing(run_id, created_at=created_at, started_at=started_at, finished_at=None, waits=waits)
     return pagecache.cached(
         request,
         "run-detail",
@@ -172,28 +181,41 @@ def _counted(run: Run, last_step: int | None) -> Run:
 
 
 def _timing(
-    run_id: int, *, created_at: datetime, started_at: datetime | None, finished_at: datetime | None
+    run_id: int,
+    *,
+    created_at: datetime,
+    started_at: datetime | None,
+    finished_at: datetime | None,
+    waits: list[traces.Wait] | None,
 ) -> dict[str, str]:
-    """The run's elapsed time (once it has started) and its waterfall's span, by placeholder name,
-    as the page shows them (in the active language, as the floatformat filter would)."""
+    """The run's working time and, when it asked people (``waits``, its confirmations), the time
+    it waited for them (once it has started), and its waterfall's span (wall time: the steps lie
+    where they ran), by placeholder name, as the page shows them (in the active language, as the
+    floatformat filter would)."""
     span = traces.trace_span_ms(created_at=created_at, started_at=started_at, finished_at=finished_at)
     timing = {f"run-{run_id}-span": str(span)}
     if started_at is not None:
-        seconds = ((finished_at or timezone.now()) - started_at).total_seconds()
-        timing[f"run-{run_id}-elapsed"] = floatformat(seconds, 1)
+        end = finished_at or timezone.now()
+        working, waited = traces.working_and_waited_seconds(started_at=started_at, end=end, waits=waits or [])
+        timing[f"run-{run_id}-elapsed"] = floatformat(working, 1)
+        if waits:
+            timing[f"run-{run_id}-waited"] = floatformat(waited, 1)
     return timing
 
 
-def _timing_context(run: Run, clock: dict[str, str]) -> dict:
-    """The elapsed time and the span for the template: the placeholders ``clock`` has values for
-    (a live run's), the values themselves otherwise."""
-    timing = _timing(run.pk, created_at=run.created_at, started_at=run.started_at, finished_at=run.finished_at)
+def _timing_context(run: Run, clock: dict[str, str], confirmations: list[ToolConfirmation]) -> dict:
+    """The working time, the time waited for people and the span for the template: the
+    placeholders ``clock`` has values for (a live run's), the values themselves otherwise."""
+    waits = [(c.requested_at, c.decided_at) for c in confirmations]
+    timing = _timing(
+        run.pk, created_at=run.created_at, started_at=run.started_at, finished_at=run.finished_at, waits=waits
+    )
 
     def shown(name: str) -> str | None:
         key = f"run-{run.pk}-{name}"
         return pagecache.placeholder(key) if key in clock else timing.get(key)
 
-    return {"elapsed": shown("elapsed"), "span": shown("span")}
+    return {"elapsed": shown("elapsed"), "waited": shown("waited"), "span": shown("span")}
 
 
 def _run_detail(request: HttpRequest, run: Run, clock: dict[str, str]) -> HttpResponse:
@@ -237,6 +259,9 @@ def _int(value: str) -> int:
 def _summary_context(
     request: HttpRequest, run: Run, *, nested: bool, trace: traces.TracePage | None, clock: dict[str, str]
 ) -> dict:
+    confirmations = with_arguments_shown(
+        run.confirmations.select_related("decided_by").order_by("requested_at"), user=request.user
+    )
     return {
         "run": run,
         "nested": nested,
@@ -244,9 +269,9 @@ def _summary_context(
         # One poller at a time: the trace's tail polls (and updates the summary out of band)
         # once it has caught up; until then, or without a trace, the summary polls itself.
         "summary_polls": run.is_active and (trace is None or trace.has_more),
-        "confirmations": run.confirmations.select_related("decided_by").order_by("requested_at"),
+        "confirmations": confirmations,
         "can_control": services.run_can_control(run=run, user=request.user),
-        **_timing_context(run, clock),
+        **_timing_context(run, clock, confirmations),
     }
 
 

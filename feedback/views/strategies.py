@@ -9,10 +9,12 @@ from django.core.cache import cache
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import dateformat, timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
+from kombu.exceptions import OperationalError as BrokerError
 
-from feedback import selectors
+from feedback import locks, selectors
 from feedback.forms import MiningScheduleForm, StrategyDecisionForm, StrategyEditForm
 from feedback.models import Strategy
 from feedback.strategies import schedule, services
@@ -36,6 +38,7 @@ def strategy_list(request: HttpRequest) -> HttpResponse:
         "statuses": Strategy.Status.choices,
         "schedule_form": MiningScheduleForm(initial={"every_minutes": schedule.mining_every_minutes()}),
         "demo_available": settings.EMBEDDED_DATABASE,
+        "demo_running": locks.job_lock_held(locks.DEMO_LOOP) if settings.EMBEDDED_DATABASE else None,
         "demo_report": cache.get(DEMO_REPORT_KEY),
     }
     return render(request, "feedback/strategy_list.html", context)
@@ -157,9 +160,23 @@ def strategies_schedule(request: HttpRequest) -> HttpResponse:
 def strategies_demo_loop(request: HttpRequest) -> HttpResponse:
     _require_decider(request)
     if not settings.EMBEDDED_DATABASE:
-        raise PermissionDenied("The demo loop adds hundreds of runs: embedded demo only.")
+        raise PermissionDenied(_("The demo loop adds hundreds of runs: embedded demo only."))
     from feedback.tasks import demo_loop_task
 
-    demo_loop_task.delay(60)
+    # One loop at a time, whoever clicks and however often: the lock is the database's, taken
+    # here and released by the loop when it ends.
+    lock = locks.job_lock_acquire(name=locks.DEMO_LOOP, seconds=locks.DEMO_LOOP_SECONDS, user=request.user)
+    if lock is None:
+        held = locks.job_lock_held(locks.DEMO_LOOP)
+        started = dateformat.format(timezone.localtime(held.acquired_at if held else None), "Y-m-d H:i:s")
+        messages.info(request, _("A demo loop is already running, started at %(time)s: nothing new was queued. "
+                                 "Its figures appear here when it ends.") % {"time": started})  # fmt: skip
+        return redirect("feedback-strategy-list")
+    try:
+        demo_loop_task.delay(60, lock.token)
+    except (BrokerError, OSError):
+        locks.job_lock_release(name=locks.DEMO_LOOP, token=lock.token)
+        messages.error(request, _("The worker's queue cannot be reached: no demo loop was started. Try again shortly."))
+        return redirect("feedback-strategy-list")
     messages.success(request, _("The demo loop is running in the worker (about a minute); its figures appear here."))
     return redirect("feedback-strategy-list")

@@ -23,6 +23,6 @@ def _previous():
 
 
 class Migration(migrations.Migration):
-    dependencies = [("feedback", "0012_run_outcome")]
+    dependencies = [("feedback", "0013_job_lock")]
 
     operations = [migrations.RunPython(forwards, backwards)]
