@@ -7,7 +7,7 @@ class FeedbackConfig(AppConfig):
     verbose_name = "Agent feedback loop"
 
     def ready(self) -> None:
-        from feedback import auth, roles  # noqa: F401 (auth: its signal receivers)
+        from feedback import auth, roles, throttle  # noqa: F401 (auth, throttle: their signal receivers)
         from feedback.strategies import injection  # noqa: F401 (its signal receivers)
 
         post_migrate.connect(roles.ensure_groups, sender=self)

@@ -1,3 +1,4 @@
+from .account import LoginFailures
 from .evaluation import Evaluation, EvaluationProfile
 from .run import AppliedStrategy, Run
 from .stats import DailyRunStats, DailyToolStats
@@ -12,6 +13,7 @@ __all__ = [
     "DailyToolStats",
     "Evaluation",
     "EvaluationProfile",
+    "LoginFailures",
     "Run",
     "Step",
     "StepAttempt",
