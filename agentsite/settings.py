@@ -10,6 +10,7 @@ import secrets
 from pathlib import Path
 
 import environ
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -48,13 +49,16 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    # Django's, sending an htmx request whose session ended to the login page as a whole page
+    # (it reads request.htmx, which HtmxMiddleware sets before any view hook runs).
+    "feedback.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -119,6 +123,19 @@ CACHES["fragments"] = {
 PAGE_CACHE_SECONDS = env.int("PAGE_CACHE_SECONDS", default=5)
 
 # --- Auth ------------------------------------------------------------------------------------
+# First the login throttle (it refuses a locked login before any password is checked), then
+# Django's own backend.
+AUTHENTICATION_BACKENDS = ["feedback.throttle.LockoutBackend", "django.contrib.auth.backends.ModelBackend"]
+# Failed logins (feedback/throttle.py): this many for one account name, or from one IP address
+# (an IPv6 client by its /64), refuse every login of that account, or from that address, for
+# LOGIN_LOCKOUT_SECONDS after the last one, the right password included. 0: no limit.
+LOGIN_FAILURES_PER_ACCOUNT = env.int("LOGIN_FAILURES_PER_ACCOUNT", default=5)
+LOGIN_FAILURES_PER_IP = env.int("LOGIN_FAILURES_PER_IP", default=20)
+LOGIN_LOCKOUT_SECONDS = env.int("LOGIN_LOCKOUT_SECONDS", default=15 * 60)
+# Behind a reverse proxy every request comes from the proxy's address: name the header in which
+# it passes the client's (e.g. X-Forwarded-For, whose right-most address is used, or X-Real-IP).
+# Never set by default: without such a proxy any client could claim any address in it.
+LOGIN_CLIENT_IP_HEADER = env.str("LOGIN_CLIENT_IP_HEADER", default="")
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {
@@ -178,6 +195,35 @@ SESSION_COOKIE_AGE = env.int("SESSION_COOKIE_AGE", default=12 * 3600)
 # htmx sends the token from the page's hx-headers, never from the cookie: scripts need not read it.
 CSRF_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy: scripts, styles and everything else from this site's own files only. No
+# inline script or style anywhere (no nonces either: a nonce must differ per response, and pages
+# are served from the page cache); htmx is told not to add its own <style> nor to eval
+# (templates/base.html), and the waterfall's numbers are data attributes that trace.js applies.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
+
+# --- Email (password resets) -----------------------------------------------------------------
+# EMAIL_URL as django-environ reads it: smtp+tls://user:password@host:587, smtp://host:25,
+# consolemail:// ... By default there is no mail server: each message is written as a file into
+# var/mail/ (EMAIL_FILE_PATH), where the embedded default's reset links can be read.
+# EMAIL_BACKEND, when set, names the backend class itself.
+EMAIL_URL = env.str("EMAIL_URL", default="")
+_email = env.email_url_config(EMAIL_URL) if EMAIL_URL else {}
+_email.pop("EMAIL_FILE_PATH", None)  # the folder is EMAIL_FILE_PATH's alone
+vars().update(_email)
+EMAIL_BACKEND = env.str(
+    "EMAIL_BACKEND", default=_email.get("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
+)
+EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", default=str(VAR_DIR / "mail"))
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="webmaster@localhost")
 
 # --- Celery ----------------------------------------------------------------------------------
 _broker_dir = VAR_DIR / "broker"

@@ -1,6 +1,8 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
-from feedback import models
+from feedback import models, throttle
 
 
 class StepInline(admin.TabularInline):
@@ -104,3 +106,27 @@ class JobLockAdmin(admin.ModelAdmin):
     # A lock whose worker died with its job frees itself when it expires; deleting it here frees it now.
     list_display = ("name", "acquired_at", "expires_at", "acquired_by")
     readonly_fields = ("name", "token", "acquired_at", "expires_at", "acquired_by")
+
+
+@admin.register(models.LoginFailures)
+class LoginFailuresAdmin(admin.ModelAdmin):
+    """Who is locked out of logging in (feedback/throttle.py), and the way to let them back in."""
+
+    list_display = ["scope", "key", "failures", "last_failure_at", "locked_until"]
+    list_filter = ["scope"]
+    search_fields = ["key"]
+    readonly_fields = ["scope", "key", "failures", "last_failure_at"]
+    actions = ["unlock"]
+
+    @admin.display(description=_("locked until"))
+    def locked_until(self, row: models.LoginFailures):
+        return throttle.locked_until(row) or "—"
+
+    @admin.action(description=_("Unlock: forget these failures"), permissions=["delete"])
+    def unlock(self, request, queryset) -> None:
+        count = queryset.delete()[0]
+        message = ngettext("%(count)d lockout lifted.", "%(count)d lockouts lifted.", count) % {"count": count}
+        self.message_user(request, message, messages.SUCCESS)
+
+    def has_add_permission(self, request) -> bool:
+        return False  # rows are the count of real failures only

@@ -32,7 +32,8 @@ def seed_users() -> list[tuple[str, str, list[str]]]:
     roles.ensure_groups()
     User = get_user_model()
     for username, password, groups in DEMO_USERS:
-        user, created = User.objects.get_or_create(username=username)
+        # An address, so the password reset can be tried (its mail lands in var/mail/ by default).
+        user, created = User.objects.get_or_create(username=username, defaults={"email": f"{username}@example.com"})
         if created:
             user.set_password(password)
             user.save()

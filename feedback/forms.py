@@ -1,11 +1,17 @@
 import json
+import math
 import re
 
 from django import forms
+from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
+from feedback import throttle
 from feedback.cron import MIN_GAP_MINUTES, CronError, check_schedule
 from feedback.models import Run, Strategy, Task, Workspace
 from feedback.selectors import workspaces_usable_by
@@ -331,3 +337,26 @@ class RunFilterForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["tool"].choices = [("", _("Any")), *((name, name) for name in sorted(BUILTIN_TOOLS))]
         self.fields["strategy"].queryset = Strategy.objects.order_by("id")
+
+
+class LoginForm(AuthenticationForm):
+    """Django's login form, saying so when logins are refused for a while (feedback/throttle.py)."""
+
+    error_messages = {
+        **AuthenticationForm.error_messages,
+        "invalid_login": _("Your username and password didn't match. Please try again."),
+    }
+
+    def get_invalid_login_error(self) -> ValidationError:
+        until = getattr(self.request, throttle.LOCKED_UNTIL, None)
+        if until is None:
+            return super().get_invalid_login_error()
+        minutes = max(1, math.ceil((until - timezone.now()).total_seconds() / 60))
+        message = ngettext(
+            "Too many failed login attempts: logging in is blocked for %(minutes)d minute, "
+            "even with the right password.",
+            "Too many failed login attempts: logging in is blocked for %(minutes)d minutes, "
+            "even with the right password.",
+            minutes,
+        )
+        return ValidationError(message, code="locked", params={"minutes": minutes})

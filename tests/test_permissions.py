@@ -1,8 +1,9 @@
-"""Every view, every role. A feedback view added without a row here fails the last test."""
+"""Every view, every role. A feedback view (or a page of the project's own) added without a row here
+fails the last test."""
 
 import pytest
 from django.conf import settings
-from django.urls import get_resolver, reverse
+from django.urls import URLPattern, get_resolver, reverse
 
 from feedback.models import Run
 
@@ -42,6 +43,17 @@ ACCESS = [
     ("feedback-metrics", "get", None, [LOGIN, 403, 403, 200, 200]),
     ("feedback-schedule-list", "get", None, [LOGIN, 403, 200, 200, 200]),
     ("feedback-schedule-toggle", "post", "schedule", [LOGIN, 403, 403, 403, 302]),
+    # The project's own pages (agentsite/urls.py): accounts and the language switcher. Logging in
+    # and resetting a forgotten password need no session; changing it needs one.
+    ("login", "get", None, [200, 200, 200, 200, 200]),
+    ("logout", "post", None, [LOGIN, 302, 302, 302, 302]),
+    ("password_change", "get", None, [LOGIN, 200, 200, 200, 200]),
+    ("password_change_done", "get", None, [LOGIN, 200, 200, 200, 200]),
+    ("password_reset", "get", None, [200, 200, 200, 200, 200]),
+    ("password_reset_done", "get", None, [200, 200, 200, 200, 200]),
+    ("password_reset_confirm", "get", "reset", [200, 200, 200, 200, 200]),
+    ("password_reset_complete", "get", None, [200, 200, 200, 200, 200]),
+    ("set_language", "post", None, [302, 302, 302, 302, 302]),
 ]
 
 
@@ -67,6 +79,8 @@ def _kwargs(kind, run):
         from feedback.services import task_schedule
 
         return {"schedule_id": task_schedule(task=run.task, repeat="hours", every=1).pk}
+    if kind == "reset":
+        return {"uidb64": "MQ", "token": "not-a-valid-token"}
     return None
 
 
@@ -111,6 +125,8 @@ def test_staff_see_only_their_own_runs_in_the_list(client, staff, others_run):
 def test_every_feedback_view_has_an_access_row():
     names = set()
     for pattern in get_resolver().url_patterns:
+        if isinstance(pattern, URLPattern):  # the project's own (accounts, language), not an include
+            names.add(pattern.name)
         for sub in getattr(pattern, "url_patterns", []):
             if (getattr(sub, "name", None) or "").startswith("feedback-"):
                 names.add(sub.name)

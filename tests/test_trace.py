@@ -83,8 +83,8 @@ def test_the_waterfall_places_steps_by_their_start_and_duration(client, operator
     client.force_login(operator)
     html = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
     # Each bar holds its step's own times (ms from the run's start); the trace, the run's span.
-    assert f'<style id="trace-scale-{run.pk}">#trace-{run.pk} {{ --span: 10000; }}</style>' in html
-    bars = re.findall(r'id="run-\d+-step-(\d)".*?<span class="bar" style="--at:(\d+);--ms:(\d+)"', html, re.S)
+    assert f'<span hidden id="trace-scale-{run.pk}" data-trace="trace-{run.pk}" data-span="10000"></span>' in html
+    bars = re.findall(r'id="run-\d+-step-(\d)".*?<span class="bar" data-at="(\d+)" data-ms="(\d+)"', html, re.S)
     assert bars == [("0", "0", "1000"), ("1", "5000", "2500"), ("2", "0", "0"), ("3", "0", "0")]
 
 
@@ -102,12 +102,12 @@ def test_a_step_is_laid_out_the_same_however_long_its_run_goes_on(client, operat
     time.sleep(0.05)
     second = client.get(url).content.decode()
     assert "First" in second and "Changed behind" not in second
-    assert '<span class="bar" style="--at:0;--ms:700">' in second
+    assert '<span class="bar" data-at="0" data-ms="700">' in second
     assert _span(second, run) > _span(first, run) >= 3000
 
 
 def _span(html: str, run: Run) -> int:
-    return int(re.search(rf"#trace-{run.pk} {{ --span: (\d+); }}", html)[1])
+    return int(re.search(rf'data-trace="trace-{run.pk}" data-span="(\d+)"', html)[1])
 
 
 def test_errors_attempts_and_failed_validation_stand_out(client, operator):

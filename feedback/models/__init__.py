@@ -1,3 +1,4 @@
+from .account import LoginFailures
 from .evaluation import Evaluation, EvaluationProfile
 from .lock import JobLock
 from .run import AppliedStrategy, Run
@@ -14,6 +15,7 @@ __all__ = [
     "Evaluation",
     "EvaluationProfile",
     "JobLock",
+    "LoginFailures",
     "Run",
     "Step",
     "StepAttempt",

@@ -1,7 +1,31 @@
-// The trace's small behaviours: copy a step as JSON, and show a clamped payload in full.
-// Delegated from the document, so steps appended by htmx work without re-binding.
+// The trace's small behaviours: lay out the waterfall, copy a step as JSON, and show a clamped
+// payload in full. Delegated from the document, so steps appended by htmx work without re-binding.
 (function () {
   "use strict";
+
+  function within(root, selector) {
+    var found = Array.prototype.slice.call(root.querySelectorAll(selector));
+    return root.matches && root.matches(selector) ? [root].concat(found) : found;
+  }
+
+  // The waterfall's numbers come as data attributes (the Content-Security-Policy refuses style
+  // attributes and <style> elements in the HTML); set through the CSSOM, which it allows, they
+  // become the custom properties app.css lays the bars out with: each bar's own --at and --ms,
+  // and each trace's --span (its scale, replaced out of band while the run goes on).
+  function layOut(root) {
+    within(root, "[data-span][data-trace]").forEach(function (scale) {
+      var trace = document.getElementById(scale.dataset.trace);
+      if (trace) trace.style.setProperty("--span", scale.dataset.span);
+    });
+    within(root, ".bar[data-at]").forEach(function (bar) {
+      bar.style.setProperty("--at", bar.dataset.at);
+      bar.style.setProperty("--ms", bar.dataset.ms);
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { layOut(document); });
+  // Every piece htmx puts in (appended steps, a sub-agent's trace, the scale swapped out of band).
+  document.addEventListener("htmx:load", function (event) { layOut(event.target); });
 
   function fallback(link, text) {
     // No clipboard access (plain http, old browser, denied): show the JSON selected, so
