@@ -28,7 +28,7 @@ from django.db.models import (
 from django.db.models.functions import Trunc, TruncDay, TruncWeek
 from django.utils import timezone
 
-from feedback.models import DailyRunStats, DailyToolStats, Evaluation, Run, Step, ToolConfirmation
+from feedback.models import DailyRunStats, DailyToolLatency, DailyToolStats, Evaluation, Run, Step, ToolConfirmation
 
 GRANULARITIES = {"day": TruncDay, "week": TruncWeek}
 ENDED = [Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED]
@@ -40,6 +40,11 @@ class Window:
     until: datetime
     kind: str = ""
     granularity: str = "day"
+    # True: only the runs whose figures are in the daily rollups (feedback/rollups.py counts so);
+    # False: only those not in them yet (still going, or not evaluated yet); None: every run.
+    counted: bool | None = None
+    # One run alone: its own figures, as the rollups add them.
+    run_id: int | None = None
 
     @classmethod
     def last(cls, days: int, *, kind: str = "", granularity: str = "day") -> "Window":
@@ -49,9 +54,19 @@ class Window:
         since = _midnight(timezone.localtime(until - timedelta(days=days)).date())
         return cls(since=since, until=until, kind=kind, granularity=granularity)
 
+    @classmethod
+    def of_run(cls, run: Run) -> "Window":
+        return cls(since=run.created_at, until=run.created_at + timedelta(microseconds=1), run_id=run.pk)
+
     def runs(self) -> QuerySet[Run]:
         runs = Run.objects.filter(created_at__gte=self.since, created_at__lt=self.until)
-        return runs.filter(task_kind=self.kind) if self.kind else runs
+        if self.kind:
+            runs = runs.filter(task_kind=self.kind)
+        if self.counted is not None:
+            runs = runs.filter(counted_at__isnull=not self.counted)
+        if self.run_id is not None:
+            runs = runs.filter(pk=self.run_id)
+        return runs
 
     def trunc(self, field: str):
         return GRANULARITIES[self.granularity](field, tzinfo=timezone.get_current_timezone())
@@ -180,23 +195,27 @@ def _midnight(day: date) -> datetime:
 
 
 def split_window(window: Window) -> tuple[list[Window], date | None, date | None]:
-    """The whole days ``[first, last)`` the rollups answer for, and the partial edges that are
-    counted live (``first`` is None when the window holds no whole day)."""
+    """The whole days ``[first, last)`` the rollups answer for, and what is counted live: the
+    partial edges, and the whole days' runs that are not in the rollups yet (those still going
+    or not evaluated yet: a few, found by a partial index). ``first`` is None when the window
+    holds no whole day."""
     first = timezone.localtime(window.since).date()
     if _midnight(first) < window.since:
         first += timedelta(days=1)
     last = timezone.localtime(window.until).date()
     if first >= last:
         return [window], None, None
-    edges = []
+    live = [replace(window, since=_midnight(first), until=_midnight(last), counted=False)]
     if window.since < _midnight(first):
-        edges.append(replace(window, until=_midnight(first)))
+        live.append(replace(window, until=_midnight(first)))
     if _midnight(last) < window.until:
-        edges.append(replace(window, since=_midnight(last)))
-    return edges, first, last
+        live.append(replace(window, since=_midnight(last)))
+    return live, first, last
 
 
-def whole_days(model: type[DailyRunStats | DailyToolStats], window: Window, first: date, last: date) -> QuerySet:
+def whole_days(
+    model: type[DailyRunStats | DailyToolStats | DailyToolLatency], window: Window, first: date, last: date
+) -> QuerySet:
     """The rollup rows of the window's whole days ``[first, last)``, of its kind if it has one."""
     rollups = model.objects.filter(day__gte=first, day__lt=last)
     return rollups.filter(task_kind=window.kind) if window.kind else rollups

@@ -1,89 +1,192 @@
-"""Keeps the DailyRunStats and DailyToolStats rollups current: the counts of one (day, task
-kind), and of its tools, are recounted by the metric definitions' own queries (feedback.metrics)
-and written over the old rows.
+"""The daily rollups behind the metrics: DailyRunStats, DailyToolStats and DailyToolLatency.
 
-Recounting a whole day, rather than adding +1 here and -1 there, makes every refresh
-idempotent: a redelivered task, a run scored twice or a refresh racing another one all end with
-the same, right numbers. A day holds a few thousand runs at most, so a recount is milliseconds.
+A row holds the sum of the figures of its day's *counted* runs: a run is counted once it has
+ended (``rollup_add``: after its evaluation, or at its cancel), and a later change to a counted
+run (a reviewer's score, a re-evaluation, a re-run of it) adds the difference it makes
+(``rollup_change``). Either way the run's figures are counted by the metric definitions' own
+queries (feedback.metrics, feedback.tool_metrics) restricted to that one run, so a few small
+queries replace a recount of the whole day. Runs still going are not in the rollups; the current
+day, always a partial one, is counted live.
+
+``daily_stats_rebuild`` recounts days from scratch, by the same queries over their counted runs:
+beat does it for the last two days every 15 minutes (the safety net: say an earlier run's error
+made this run's error a repeated one), and ``manage.py rebuild_daily_stats`` for any range.
+
+Additions commute (F() increments), so they only exclude a recount of their day: on PostgreSQL
+they hold the day's advisory lock shared and a recount holds it exclusively; SQLite has one
+writer at a time.
 """
 
 import zlib
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from operator import itemgetter
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Model
 from django.utils import timezone
 
 from feedback import metrics, tool_metrics
-from feedback.models import DailyRunStats, DailyToolStats, Run
+from feedback.models import DailyRunStats, DailyToolLatency, DailyToolStats, Run
 
 
-def _day_window(since_day: date, until_day: date, kind: str = "") -> metrics.Window:
-    return metrics.Window(
-        since=timezone.make_aware(datetime.combine(since_day, datetime.min.time())),
-        until=timezone.make_aware(datetime.combine(until_day, datetime.min.time())),
-        kind=kind,
-        granularity="day",
+@dataclass
+class Figures:
+    """What some runs of one day and task kind add to the rollups."""
+
+    runs: Counter = field(default_factory=Counter)  # DailyRunStats.COUNTS
+    tools: dict[str, Counter] = field(default_factory=dict)  # tool -> DailyToolStats.COUNTS
+    latency: Counter = field(default_factory=Counter)  # (tool, bucket) -> calls
+
+    def __sub__(self, other: "Figures") -> "Figures":
+        empty = Counter()
+        tools = {t: _minus(self.tools.get(t, empty), other.tools.get(t, empty)) for t in {*self.tools, *other.tools}}
+        return Figures(_minus(self.runs, other.runs), tools, _minus(self.latency, other.latency))
+
+
+def _minus(a: Counter, b: Counter) -> Counter:
+    # Counter's own subtraction drops negative counts; a difference must keep them.
+    return Counter({k: a.get(k, 0) - b.get(k, 0) for k in {*a, *b}})
+
+
+def _counts(window: metrics.Window, by: tuple[str, ...]) -> dict[tuple, Figures]:
+    """The figures of the window's runs per ``by``: ("task_kind",) or ("day", "task_kind")."""
+    found: dict[tuple, Figures] = {}
+
+    def of(row: dict) -> Figures:
+        if "day" in by:
+            row["day"] = timezone.localtime(row.pop("period")).date() if "period" in row else row["day"]
+        return found.setdefault(tuple(row.pop(name) for name in by), Figures())
+
+    run_by = tuple("period" if name == "day" else name for name in by)
+    for row in [*metrics.run_counts(window, by=run_by), *metrics.error_counts(window, by=run_by)]:
+        figures = of(row)
+        figures.runs.update({name: value or 0 for name, value in row.items()})
+    per_tool: dict[tuple, dict] = {}
+    tool_metrics.add_tool_counts(
+        per_tool,
+        tool_metrics.tool_call_counts(window, by=(*by, "tool_name")),
+        key=lambda row: tuple(row[name] for name in (*by, "tool_name")),
     )
+    for (*key, tool), counts in per_tool.items():
+        figures = found.setdefault(tuple(key), Figures())
+        figures.tools[tool] = Counter({name: counts[name] for name in DailyToolStats.COUNTS})
+        figures.latency.update({(tool, bucket): calls for bucket, calls in counts["latency"].items()})
+    return found
 
 
-def _counted(window: metrics.Window) -> list[DailyRunStats]:
-    found: dict[tuple[date, str], DailyRunStats] = {}
-    by = ("period", "task_kind")
-    for row in [*metrics.run_counts(window, by=by), *metrics.error_counts(window, by=by)]:
-        day = timezone.localtime(row.pop("period")).date()
-        key = (day, row.pop("task_kind"))
-        stats = found.setdefault(key, DailyRunStats(day=key[0], task_kind=key[1]))
-        for name, value in row.items():
-            setattr(stats, name, value or 0)
-    return list(found.values())
+def _figures(run: Run) -> Figures:
+    """One run's figures, by the metric definitions."""
+    return next(iter(_counts(metrics.Window.of_run(run), by=("task_kind",)).values()), Figures())
 
 
-def _counted_tools(window: metrics.Window) -> list[DailyToolStats]:
-    found: dict[tuple[date, str, str], dict] = {}
-    rows = tool_metrics.tool_call_counts(window, by=("day", "task_kind", "tool_name"))
-    tool_metrics.add_tool_counts(found, rows, key=itemgetter("day", "task_kind", "tool_name"))
-    return [
-        DailyToolStats(
-            day=day,
-            task_kind=kind,
-            tool_name=tool,
-            **{name: counts[name] for name in DailyToolStats.COUNTS},
-            latency={str(bucket): calls for bucket, calls in sorted(counts["latency"].items())},
+def _midnight(day: date) -> datetime:
+    return timezone.make_aware(datetime.combine(day, datetime.min.time()))
+
+
+def _day_of(run: Run) -> date:
+    return timezone.localtime(run.created_at).date()
+
+
+def _lock_day(day: date, *, shared: bool) -> None:
+    if connection.vendor == "postgresql":
+        kind = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {kind}(%s)", [zlib.crc32(f"daily-stats:{day}".encode())])
+
+
+def _increment(model: type[Model], key: dict, amounts: dict) -> None:
+    """Add ``amounts`` to the row of ``key``, made if it is missing."""
+    amounts = {name: value for name, value in amounts.items() if value}
+    if not amounts:
+        return
+    increments = {name: F(name) + value for name, value in amounts.items()}
+    if model.objects.filter(**key).update(**increments):
+        return
+    try:
+        with transaction.atomic():
+            model.objects.create(**key, **amounts)
+    except IntegrityError:  # another addition made it first
+        model.objects.filter(**key).update(**increments)
+
+
+def _add(day: date, kind: str, figures: Figures) -> None:
+    _lock_day(day, shared=True)
+    _increment(DailyRunStats, {"day": day, "task_kind": kind}, figures.runs)
+    for tool, counts in figures.tools.items():
+        _increment(DailyToolStats, {"day": day, "task_kind": kind, "tool_name": tool}, counts)
+    for (tool, bucket), calls in figures.latency.items():
+        key = {"day": day, "task_kind": kind, "tool_name": tool, "bucket": bucket}
+        _increment(DailyToolLatency, key, {"calls": calls})
+
+
+def rollup_add(*, run_id: int) -> bool:
+    """Count an ended run in its day's rollups, once: a second call (a redelivered task, the
+    evaluation after a cancel) adds nothing. True when it was added now."""
+    with transaction.atomic():
+        run = (
+            Run.objects.select_for_update().filter(pk=run_id, counted_at__isnull=True, status__in=metrics.ENDED).first()
         )
-        for (day, kind, tool), counts in found.items()
-    ]
+        if run is None:
+            return False
+        _add(_day_of(run), run.task_kind, _figures(run))
+        Run.objects.filter(pk=run_id).update(counted_at=timezone.now())
+    return True
+
+
+@contextmanager
+def rollup_change(*, run_id: int) -> Iterator[None]:
+    """Around a change to one run (in the caller's transaction): if the run is counted, what the
+    change does to its figures is added to its day's rollups when the block ends."""
+    assert connection.in_atomic_block, "the difference is added in the change's own transaction"
+    run = Run.objects.select_for_update().get(pk=run_id)
+    before = _figures(run) if run.counted_at else None
+    yield
+    if before is not None:
+        _add(_day_of(run), run.task_kind, _figures(run) - before)
 
 
 def daily_stats_rebuild(*, since_day: date, until_day: date, kind: str = "") -> int:
-    """Recount every (day, kind) in ``[since_day, until_day)``, its runs and its tool calls;
-    returns the rows written."""
-    window = _day_window(since_day, until_day, kind)
+    """Recount every (day, kind) in ``[since_day, until_day)`` over its counted runs; returns
+    the rows written."""
+    window = metrics.Window(since=_midnight(since_day), until=_midnight(until_day), kind=kind, counted=True)
     with transaction.atomic():
-        if connection.vendor == "postgresql":
-            # Serialise refreshes of the same day: the recount then sees every earlier commit.
-            for day in range((until_day - since_day).days):
-                key = zlib.crc32(f"daily-stats:{since_day + timedelta(days=day)}".encode())
-                connection.cursor().execute("SELECT pg_advisory_xact_lock(%s)", [key])
-        written = 0
-        for model, rows in ((DailyRunStats, _counted(window)), (DailyToolStats, _counted_tools(window))):
+        for offset in range((until_day - since_day).days):
+            _lock_day(since_day + timedelta(days=offset), shared=False)
+        for model in (DailyRunStats, DailyToolStats, DailyToolLatency):
             stale = model.objects.filter(day__gte=since_day, day__lt=until_day)
             (stale.filter(task_kind=kind) if kind else stale).delete()
-            model.objects.bulk_create(rows, batch_size=1000)
-            written += len(rows)
-    return written
+        rows: list[Model] = []
+        for (day, task_kind), figures in _counts(window, by=("day", "task_kind")).items():
+            rows.append(DailyRunStats(day=day, task_kind=task_kind, **figures.runs))
+            rows += [DailyToolStats(day=day, task_kind=task_kind, tool_name=t, **c) for t, c in figures.tools.items()]
+            rows += [
+                DailyToolLatency(day=day, task_kind=task_kind, tool_name=tool, bucket=bucket, calls=calls)
+                for (tool, bucket), calls in figures.latency.items()
+            ]
+        for model in (DailyRunStats, DailyToolStats, DailyToolLatency):
+            model.objects.bulk_create([row for row in rows if type(row) is model], batch_size=1000)
+    return len(rows)
 
 
-def daily_stats_refresh_run(*, run_id: int) -> None:
-    """Recount the day of one run, after it ended, was scored, retried or cancelled."""
-    run = Run.objects.filter(pk=run_id).values("created_at", "task_kind").first()
-    if run is None:
-        return
-    day = timezone.localtime(run["created_at"]).date()
-    daily_stats_rebuild(since_day=day, until_day=day + timedelta(days=1), kind=run["task_kind"])
+def rollup_add_missed(*, since_day: date, until_day: date) -> int:
+    """Count the runs of ``[since_day, until_day)`` that ended without being counted (a run
+    failed by a crash before its evaluation, an evaluation lost with the broker); returns how many.
+    Each in a transaction of its own, outside any recount: a run's row is locked before its day."""
+    missed = metrics.Window(since=_midnight(since_day), until=_midnight(until_day)).runs()
+    missed = missed.filter(counted_at__isnull=True, status__in=metrics.ENDED).values_list("pk", flat=True)
+    return sum(rollup_add(run_id=run_id) for run_id in missed.iterator())
+
+
+def daily_stats_refresh(*, since_day: date, until_day: date) -> int:
+    """Count the missed runs of ``[since_day, until_day)``, then recount its days."""
+    rollup_add_missed(since_day=since_day, until_day=until_day)
+    return daily_stats_rebuild(since_day=since_day, until_day=until_day)
 
 
 def daily_stats_refresh_recent(*, days: int = 2) -> None:
-    """The safety net run by beat: recount the last days whatever happened to them."""
+    """The safety net run by beat: the last days counted again whatever happened to them."""
     today = timezone.localdate()
-    daily_stats_rebuild(since_day=today - timedelta(days=days - 1), until_day=today + timedelta(days=1))
+    daily_stats_refresh(since_day=today - timedelta(days=days - 1), until_day=today + timedelta(days=1))

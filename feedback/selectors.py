@@ -19,6 +19,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from feedback.models import AppliedStrategy, Evaluation, EvaluationProfile, Run, Step, Strategy, Workspace
+from feedback.models.run import NO_SCORE
 
 
 def runs_visible_to(user: AbstractBaseUser) -> QuerySet[Run]:
@@ -54,8 +55,6 @@ def run_list(user: AbstractBaseUser, *, status: str = "", kind: str = "") -> Que
 # Sort name -> (the ordering key, newest/highest first?). Every order ends on id so the keyset
 # cursor (value, id) names exactly one row even when values repeat.
 RUN_SORTS = {"newest": ("created_at", True), "oldest": ("created_at", False), "score": ("sort_score", True)}
-# Runs without a score sort below every scored run.
-NO_SCORE = -1.0
 
 
 @dataclass

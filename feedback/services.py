@@ -20,7 +20,7 @@ from feedback.privacy import mask_text
 
 if TYPE_CHECKING:
     from django_celery_beat.models import PeriodicTask
-from feedback.rollups import daily_stats_refresh_run
+from feedback.rollups import rollup_add, rollup_change
 
 
 class AlreadyDecided(Exception):
@@ -163,9 +163,7 @@ def run_cancel(*, run: Run, user: AbstractBaseUser) -> bool:
         outcome=Run.Outcome.NOT_ACCOMPLISHED,
     )
     if stopped:
-        from feedback.tasks import daily_stats_refresh_task
-
-        daily_stats_refresh_task.delay_on_commit(run.pk)
+        rollup_add(run_id=run.pk)  # ended: never evaluated, counted now
     else:
         stopped = Run.objects.filter(pk=run.pk, status__in=Run.ACTIVE_STATUSES).update(cancel_requested=True)
     return bool(stopped)
@@ -182,12 +180,10 @@ def run_rerun(*, run: Run, user: AbstractBaseUser) -> Run:
         expected_answer=task.expected_answer,
         workspace=task.workspace,
     )
-    Run.objects.filter(pk=new_run.pk).update(retry_of=run)
+    # The original now counts as an intervention, on its own day.
+    with rollup_change(run_id=run.pk):
+        Run.objects.filter(pk=new_run.pk).update(retry_of=run)
     new_run.retry_of = run
-    from feedback.tasks import daily_stats_refresh_task
-
-    # The original now counts as an intervention on its own day.
-    daily_stats_refresh_task.delay_on_commit(run.pk)
     return new_run
 
 
@@ -252,23 +248,22 @@ def run_add_human_score(
     run = Run.objects.select_for_update().get(pk=run.pk)
     # Filed under the latest round so the page shows it beside the scores it overrides.
     latest = run.evaluations.aggregate(r=Max("round"))["r"] or 1
-    evaluation = Evaluation.objects.create(
-        run=run,
-        round=latest,
-        evaluator="human",
-        kind=Evaluation.Kind.HUMAN,
-        score=score,
-        # What a reviewer types can quote the customer: masked like everything else stored.
-        feedback=mask_text(comment),
-        corrected_answer=mask_text(corrected_answer),
-        author=user,
-        accomplished=verdicts[outcome],
-    )
-    run.score = composite_score(run)
-    run.outcome = run_outcome(run)
-    run.save(update_fields=["score", "outcome"])
-    # Here, not in a task: one day's recount is cheap, and the reviewer's next page shows it.
-    daily_stats_refresh_run(run_id=run.pk)
+    with rollup_change(run_id=run.pk):
+        evaluation = Evaluation.objects.create(
+            run=run,
+            round=latest,
+            evaluator="human",
+            kind=Evaluation.Kind.HUMAN,
+            score=score,
+            # What a reviewer types can quote the customer: masked like everything else stored.
+            feedback=mask_text(comment),
+            corrected_answer=mask_text(corrected_answer),
+            author=user,
+            accomplished=verdicts[outcome],
+        )
+        run.score = composite_score(run)
+        run.outcome = run_outcome(run)
+        run.save(update_fields=["score", "outcome"])
     return evaluation
 
 

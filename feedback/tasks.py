@@ -10,7 +10,7 @@ from kombu.exceptions import OperationalError as BrokerError
 
 from feedback.agent.checkpoint import reap_stale_runs, resend_lost_evaluations
 from feedback.agent.loop import execute_run
-from feedback.rollups import daily_stats_refresh_recent, daily_stats_refresh_run
+from feedback.rollups import daily_stats_refresh_recent
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def run_evaluate_task(run_id: int, expected_round: int | None = None) -> None:
     # Idempotent (evaluate_run writes a round only once), hence safe to redeliver with acks_late.
     from feedback.evaluation.chain import evaluate_run
 
-    # Also recounts the run's day in the metric rollups (feedback.rollups), with the score.
+    # Also counts the run in its day's metric rollups (feedback.rollups), with its score.
     evaluate_run(run_id, expected_round=expected_round)
 
 
@@ -92,11 +92,6 @@ def task_scheduled_run_task(task_id: int) -> None:
     from feedback.services import task_run_scheduled
 
     task_run_scheduled(task_id=task_id)
-
-
-@shared_task(ignore_result=True)
-def daily_stats_refresh_task(run_id: int) -> None:
-    daily_stats_refresh_run(run_id=run_id)
 
 
 @shared_task(ignore_result=True)

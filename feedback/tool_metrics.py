@@ -1,8 +1,9 @@
 """Per-tool figures: calls, success rate, retries, average latency and latency percentiles.
 
-Whole days come from the DailyToolStats rollups and the partial days at a window's edges are
-counted live, by the same query that counts the rollups (``tool_call_counts``; feedback/rollups.py
-writes them). Percentiles come from latency histograms, which add up across days and kinds.
+Whole days come from the DailyToolStats and DailyToolLatency rollups and the partial days at a
+window's edges are counted live, by the same query that counts the rollups (``tool_call_counts``;
+feedback/rollups.py writes them). Percentiles come from latency histograms, which add up across
+days and kinds: the database adds them (one row per tool and bucket comes back).
 """
 
 import functools
@@ -11,13 +12,12 @@ from collections import Counter
 from collections.abc import Callable, Hashable
 from operator import itemgetter
 
-from django.db import connection
 from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Cast, Floor, Ln, TruncDate
 from django.utils import timezone
 
 from feedback.metrics import Window, rate, split_window, whole_days
-from feedback.models import DailyToolStats, Step
+from feedback.models import DailyToolLatency, DailyToolStats, Step
 
 # Latency percentiles come from a histogram of ``duration_ms`` with log-scale buckets: bucket 0
 # holds 0 ms, bucket b >= 1 holds [1.05^(b-1), 1.05^b) ms. Histograms add up, so days counted
@@ -135,30 +135,6 @@ def add_tool_counts(into: dict, rows, key: Callable[[dict], Hashable]) -> None:
             totals["latency"][row["bucket"]] += row["timed"]
 
 
-def rollup_latency(rollups: QuerySet[DailyToolStats]) -> list[tuple[str, int, int]]:
-    """(tool, bucket, calls): the latency histograms of the rollup rows added up per tool."""
-    if connection.vendor != "postgresql":
-        return rollup_latency_in_python(rollups)
-    # Added by PostgreSQL: a row per tool and bucket comes back, not every day's histogram.
-    ids, params = rollups.values("id").query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT s.tool_name, h.key::integer, SUM(h.value::bigint)::bigint"
-            f" FROM {DailyToolStats._meta.db_table} s CROSS JOIN LATERAL jsonb_each_text(s.latency) h"
-            f" WHERE s.id IN ({ids}) GROUP BY 1, 2",
-            params,
-        )
-        return cursor.fetchall()
-
-
-def rollup_latency_in_python(rollups: QuerySet[DailyToolStats]) -> list[tuple[str, int, int]]:
-    """The same sums on any database (SQLite, the embedded default, holds little history)."""
-    added: Counter = Counter()
-    for tool, latency in rollups.values_list("tool_name", "latency"):
-        added.update({(tool, int(bucket)): calls for bucket, calls in latency.items()})
-    return [(tool, bucket, calls) for (tool, bucket), calls in added.items()]
-
-
 def tool_stats(window: Window) -> list[dict]:
     """**Per-tool** figures over the tool calls of the window's runs, most called first:
 
@@ -169,8 +145,8 @@ def tool_stats(window: Window) -> list[dict]:
     - latency p50 / p95: **estimates, within 5%**, of the interpolated percentiles
       (``percentile_cont``) of ``duration_ms``, from a latency histogram (``histogram_percentile``).
 
-    Whole days are read from the DailyToolStats rollups and the partial days at the window's
-    edges are counted live, by the same query that counts the rollups.
+    Whole days are read from the rollups and the partial days at the window's edges are counted
+    live, by the same query that counts the rollups.
     """
     found: dict[str, dict] = {}
     edges, first, last = split_window(window)
@@ -178,8 +154,9 @@ def tool_stats(window: Window) -> list[dict]:
         rollups = whole_days(DailyToolStats, window, first, last)
         sums = rollups.values("tool_name").annotate(**{c: Sum(c) for c in DailyToolStats.COUNTS}).order_by()
         add_tool_counts(found, sums, key=itemgetter("tool_name"))
-        for tool, bucket, calls in rollup_latency(rollups):
-            found[tool]["latency"][bucket] += calls
+        histograms = whole_days(DailyToolLatency, window, first, last).values("tool_name", "bucket")
+        for row in histograms.annotate(added=Sum("calls")).order_by():
+            found[row["tool_name"]]["latency"][row["bucket"]] += row["added"]
     for edge in edges:
         add_tool_counts(found, tool_call_counts(edge), key=itemgetter("tool_name"))
     rows = [

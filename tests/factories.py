@@ -1,7 +1,7 @@
 """Small builders for the rows tests need (plain functions: the model is simple enough)."""
 
 from feedback.models import Run, Task
-from feedback.rollups import daily_stats_refresh_run
+from feedback.rollups import rollup_add
 
 
 def make_run(*, user=None, text="What is 2 + 2?", kind=Task.Kind.ARITHMETIC, workspace=None, **run_fields) -> Run:
@@ -26,5 +26,5 @@ def make_finished_run(
     run_fields.setdefault("finished_at", run_fields.get("created_at") or timezone.now())
     run = Run.objects.create(task=task, task_kind=kind, status=status, final_output=output, **run_fields)
     # As the worker does when a run ends: its day's metric rollup counts it.
-    daily_stats_refresh_run(run_id=run.pk)
+    rollup_add(run_id=run.pk)
     return run

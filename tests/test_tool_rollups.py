@@ -1,5 +1,5 @@
-"""The DailyToolStats rollups behind the per-tool figures: they agree with a direct count over
-the steps, are kept current by the same hooks as DailyRunStats, and let the metrics page read a
+"""The DailyToolStats and DailyToolLatency rollups behind the per-tool figures: they agree with a
+direct count over the steps, a run's calls are added when it ends, and the metrics page reads a
 window's tools in a fixed number of queries however many steps there are."""
 
 import random
@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from feedback import metrics, services, tasks, tool_metrics
 from feedback.metrics import Window
-from feedback.models import DailyToolStats, Run, Step, Task
+from feedback.models import DailyToolLatency, DailyToolStats, Run, Step, Task
+from feedback.rollups import daily_stats_rebuild, rollup_add
 from feedback.tool_metrics import latency_bucket, percentile_cont
 
 from .factories import make_finished_run, make_run
@@ -91,7 +92,7 @@ WINDOW = Window(since=at(1, 15), until=at(5, 9, 30))
 def test_the_rollups_and_live_edges_give_the_figures_of_a_direct_count(history, kind):
     window = Window(since=WINDOW.since, until=WINDOW.until, kind=kind)
     edges, first, last = metrics.split_window(window)
-    assert (len(edges), first, last) == (2, date(2026, 11, 2), date(2026, 11, 5))
+    assert (len(edges), first, last) == (3, date(2026, 11, 2), date(2026, 11, 5))
     expected = counted_directly(window)
     rows = tool_metrics.tool_stats(window)
     assert [row["tool_name"] for row in rows] == sorted(expected, key=lambda t: (-expected[t]["calls"], t))
@@ -108,16 +109,18 @@ def test_the_rollups_and_live_edges_give_the_figures_of_a_direct_count(history, 
         assert row["p95_ms"] == pytest.approx(exact["p95_ms"], rel=0.05)
 
 
-def test_whole_days_are_read_from_the_rollups_and_edges_counted_live(history):
+def test_the_calls_of_runs_not_counted_yet_are_counted_live_then_from_the_rollups(history):
     before = {row["tool_name"]: row["calls"] for row in tool_metrics.tool_stats(WINDOW)}
-    # Written straight to the table, past every refresh: only a live edge sees them at once.
-    inside = make_run(created_at=at(3, 10), status=Run.Status.SUCCEEDED)
-    on_edge = make_run(created_at=at(5, 8), status=Run.Status.SUCCEEDED)
+    inside = make_run(created_at=at(3, 10), status=Run.Status.RUNNING)  # a whole day's run still going
+    on_edge = make_run(created_at=at(5, 8), status=Run.Status.RUNNING)
     for run in (inside, on_edge):
         Step.objects.create(run=run, index=0, kind=Step.Kind.TOOL_CALL, tool_name="calculator", duration_ms=9)
     calls = {row["tool_name"]: row["calls"] for row in tool_metrics.tool_stats(WINDOW)}
-    assert calls == {**before, "calculator": before["calculator"] + 1}
-    call_command("rebuild_daily_stats")
+    assert calls == {**before, "calculator": before["calculator"] + 2}
+    Run.objects.filter(pk__in=[inside.pk, on_edge.pk]).update(status=Run.Status.SUCCEEDED)
+    for run in (inside, on_edge):
+        rollup_add(run_id=run.pk)  # ended: into the rollups, out of the live count
+    assert DailyToolLatency.objects.filter(day=date(2026, 11, 3), tool_name="calculator").exists()
     calls = {row["tool_name"]: row["calls"] for row in tool_metrics.tool_stats(WINDOW)}
     assert calls == {**before, "calculator": before["calculator"] + 2}
 
@@ -135,22 +138,19 @@ def test_the_database_buckets_durations_as_python_does():
     assert in_database == {ms: latency_bucket(ms) for ms in edges}
 
 
-@pytest.mark.postgresql
-def test_postgresql_and_the_portable_path_add_the_histograms_alike(history):
-    rollups = DailyToolStats.objects.filter(day__gte=date(2026, 11, 2), day__lt=date(2026, 11, 5))
-    assert connection.vendor == "postgresql" and rollups.count() > 5
-    in_postgres = tool_metrics.rollup_latency(rollups)
-    assert sorted(in_postgres) == sorted(tool_metrics.rollup_latency_in_python(rollups))
-    assert sum(calls for _, _, calls in in_postgres) == sum(rollups.values_list("timed", flat=True))
-
-
 # --- kept current --------------------------------------------------------------------------------
 def tool_rows(day: int) -> list[tuple]:
-    return list(
-        DailyToolStats.objects.filter(day=date(2026, 11, day))
-        .order_by("task_kind", "tool_name")
-        .values_list("task_kind", "tool_name", "calls", "succeeded", "retries", "timed", "duration_sum", "latency")
-    )
+    """Each tool's counts and latency histogram {bucket: calls} on one day."""
+    histograms: dict[tuple, dict] = {}
+    for kind, tool, bucket, calls in DailyToolLatency.objects.filter(day=date(2026, 11, day)).values_list(
+        "task_kind", "tool_name", "bucket", "calls"
+    ):
+        histograms.setdefault((kind, tool), {})[bucket] = calls
+    rows = DailyToolStats.objects.filter(day=date(2026, 11, day)).order_by("task_kind", "tool_name")
+    return [
+        (*row, histograms.get(row[:2], {}))
+        for row in rows.values_list("task_kind", "tool_name", "calls", "succeeded", "retries", "timed", "duration_sum")
+    ]
 
 
 def test_a_run_ending_counts_its_tool_calls_once_however_often_it_is_refreshed():
@@ -162,39 +162,41 @@ def test_a_run_ending_counts_its_tool_calls_once_however_often_it_is_refreshed()
         )  # fmt: skip
     assert tool_rows(2) == []
     tasks.run_evaluate_task(run.pk)  # what the worker runs once a run has ended
-    histogram = {str(latency_bucket(100)): 1, str(latency_bucket(300)): 1}
+    histogram = {latency_bucket(100): 1, latency_bucket(300): 1}
     expected = [(K.ARITHMETIC, "calculator", 3, 2, 2, 2, 400, histogram)]
     assert tool_rows(2) == expected
-    tasks.daily_stats_refresh_task(run.pk)  # a redelivered refresh, or a second one
-    tasks.daily_stats_refresh_task(run.pk)
+    tasks.run_evaluate_task(run.pk)  # a redelivered evaluation
+    rollup_add(run_id=run.pk)
+    assert tool_rows(2) == expected
+    call_command("rebuild_daily_stats")  # and a recount agrees
     assert tool_rows(2) == expected
     assert DailyToolStats.objects.count() == 1
 
 
-def test_a_human_score_recounts_the_day_with_its_latest_tool_calls(reviewer):
-    run = make_finished_run(created_at=at(2), score=0.2)
+def test_a_human_score_leaves_the_tool_calls_as_they_were_counted(reviewer):
+    run = make_run(created_at=at(2), status=Run.Status.SUCCEEDED, score=0.2)
     Step.objects.create(run=run, index=0, kind=Step.Kind.TOOL_CALL, tool_name="read_text_file", duration_ms=40)
-    assert tool_rows(2) == []
+    rollup_add(run_id=run.pk)
+    expected = [(K.ARITHMETIC, "read_text_file", 1, 0, 0, 1, 40, {latency_bucket(40): 1})]
+    assert tool_rows(2) == expected
     services.run_add_human_score(run=run, user=reviewer, score=0.9)
-    assert tool_rows(2) == [(K.ARITHMETIC, "read_text_file", 1, 0, 0, 1, 40, {str(latency_bucket(40)): 1})]
+    assert tool_rows(2) == expected
 
 
-def test_the_beat_safety_net_counts_today_and_the_rebuild_forgets_deleted_runs():
+def test_the_beat_safety_net_counts_an_ended_run_missed_and_the_rebuild_forgets_deleted_runs():
     now = timezone.now()
-    run = make_run(created_at=now, status=Run.Status.RUNNING)
+    run = make_run(created_at=now, status=Run.Status.FAILED)  # ended, its evaluation lost
     Step.objects.create(run=run, index=0, kind=Step.Kind.TOOL_CALL, tool_name="search_files", duration_ms=7)
+    going = make_run(created_at=now, status=Run.Status.RUNNING)  # not counted until it ends
+    Step.objects.create(run=going, index=0, kind=Step.Kind.TOOL_CALL, tool_name="search_files", duration_ms=9)
     tasks.daily_stats_refresh_recent_task()
     row = DailyToolStats.objects.get()
-    assert (row.day, row.tool_name, row.calls, row.latency) == (
-        timezone.localdate(now),
-        "search_files",
-        1,
-        {str(latency_bucket(7)): 1},
-    )
+    assert (row.day, row.tool_name, row.calls) == (timezone.localdate(now), "search_files", 1)
+    assert list(DailyToolLatency.objects.values_list("bucket", "calls")) == [(latency_bucket(7), 1)]
     make_finished_run(created_at=at(2))  # the command counts from the first run on
     run.delete()
     call_command("rebuild_daily_stats")
-    assert not DailyToolStats.objects.exists()
+    assert not DailyToolStats.objects.exists() and not DailyToolLatency.objects.exists()
 
 
 def test_recounting_one_kind_leaves_the_other_kinds_tools_alone():
@@ -204,7 +206,7 @@ def test_recounting_one_kind_leaves_the_other_kinds_tools_alone():
     call_command("rebuild_daily_stats")
     arithmetic = Run.objects.get(task_kind=K.ARITHMETIC)
     Step.objects.create(run=arithmetic, index=1, kind=Step.Kind.TOOL_CALL, tool_name="calculator", duration_ms=10)
-    tasks.daily_stats_refresh_task(arithmetic.pk)
+    daily_stats_rebuild(since_day=date(2026, 11, 2), until_day=date(2026, 11, 3), kind=K.ARITHMETIC)
     assert [(kind, calls) for kind, _, calls, *_ in tool_rows(2)] == [(K.ARITHMETIC, 2), (K.GENERAL, 1)]
 
 
@@ -218,9 +220,12 @@ def test_the_metrics_page_reads_the_tools_in_the_same_few_queries_however_many_s
         with CaptureQueriesContext(connection) as queries:
             response = client.get(reverse("feedback-metrics"), {"days": 365})
         assert response.status_code == 200
-        # Steps are read for today only, the window's one partial day: the rest is rollups.
+        # Steps are read only for today (the window's one partial day) and for runs not counted
+        # yet (none here): the rest is rollups.
         read_steps = [q["sql"] for q in queries if '"feedback_step"' in q["sql"]]
-        assert read_steps and all(f"'{timezone.localdate()} 00:00:00" in sql for sql in read_steps)
+        assert read_steps and all(
+            f"'{timezone.localdate()} 00:00:00" in sql or '"counted_at" IS NULL' in sql for sql in read_steps
+        )
         return response.content.decode(), len(queries)
 
     for run in runs:

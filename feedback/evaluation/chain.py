@@ -34,7 +34,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from feedback.models import Evaluation, Run
-from feedback.rollups import daily_stats_refresh_run
+from feedback.rollups import rollup_add, rollup_change
 
 from .evaluators import EVALUATOR_KINDS, EvaluatorError, Verdict, reference_evaluator, rule_evaluator
 from .judge import judge_evaluator, judge_name
@@ -165,11 +165,13 @@ def evaluate_run(run_id: int, *, expected_round: int | None = None) -> list[Eval
             already = already.filter(round__gte=round_number)
         if already.exists():
             return []  # another worker wrote this round while the evaluators ran
-        rows = Evaluation.objects.bulk_create(Evaluation(run=run, round=round_number, **r) for r in results)
-        run.score = composite_score(run)
-        run.outcome = run_outcome(run)
-        run.save(update_fields=["score", "outcome"])
-        # The run has ended and has its score and outcome: its day's metric rollup counts them,
-        # committed with them so no reader sees one without the other.
-        daily_stats_refresh_run(run_id=run_id)
+        # A re-evaluated run's new score and outcome change its day's rollups; a run evaluated
+        # for the first time is counted in them now, with its score and outcome, committed with
+        # them so no reader sees one without the other.
+        with rollup_change(run_id=run_id):
+            rows = Evaluation.objects.bulk_create(Evaluation(run=run, round=round_number, **r) for r in results)
+            run.score = composite_score(run)
+            run.outcome = run_outcome(run)
+            run.save(update_fields=["score", "outcome"])
+        rollup_add(run_id=run_id)
     return rows

@@ -2,7 +2,7 @@ from .account import LoginFailures
 from .evaluation import Evaluation, EvaluationProfile
 from .lock import JobLock
 from .run import AppliedStrategy, Run
-from .stats import DailyRunStats, DailyToolStats
+from .stats import DailyRunStats, DailyToolLatency, DailyToolStats
 from .step import Step, StepAttempt
 from .strategy import Strategy, StrategyEvent, StrategyVersion
 from .task import Task, Workspace
@@ -11,6 +11,7 @@ from .tool import ToolConfirmation, ToolSetting
 __all__ = [
     "AppliedStrategy",
     "DailyRunStats",
+    "DailyToolLatency",
     "DailyToolStats",
     "Evaluation",
     "EvaluationProfile",

@@ -1,8 +1,13 @@
 from django.db import models
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .task import Task
+
+# Where runs without a score sort: below every scored run (the run list's score order).
+NO_SCORE = -1.0
 
 
 class Run(models.Model):
@@ -67,6 +72,8 @@ class Run(models.Model):
     step_count = models.PositiveIntegerField(default=0)
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
+    # When the run's figures went into the daily rollups (once it ended: feedback/rollups.py).
+    counted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -81,6 +88,10 @@ class Run(models.Model):
             models.Index(fields=["score", "created_at"], name="run_score_created"),
             # The run list's outcome filter, newest first like the status filter.
             models.Index(fields=["outcome", "-created_at", "-id"], name="run_outcome_recent"),
+            # The run list sorted by score, unscored runs last (selectors.run_page): one index scan.
+            models.Index(Coalesce("score", Value(NO_SCORE)).desc(), F("id").desc(), name="run_score_sort"),
+            # The runs not in the daily rollups yet, which the metrics count live: a few.
+            models.Index(fields=["created_at"], name="run_uncounted", condition=Q(counted_at__isnull=True)),
         ]
         permissions = [
             ("view_metrics", "Can view metric trends"),

@@ -4,13 +4,13 @@ from .task import Task
 
 
 class DailyRunStats(models.Model):
-    """Pre-aggregated counts of one day's runs of one task kind, so the metric trends read a
-    year as ~365 rows per kind instead of a million runs and ten million steps.
+    """Pre-aggregated counts of one day's ended runs of one task kind, so the metric trends read
+    a year as ~365 rows per kind instead of a million runs and ten million steps.
 
     A run belongs to the day of its ``created_at`` in the project's time zone. The counts follow
-    the definitions in feedback/metrics.py exactly (they are computed by its queries); they are
-    kept current by feedback.rollups when a run ends, is scored or is retried, and rebuilt by
-    ``manage.py rebuild_daily_stats``.
+    the definitions in feedback/metrics.py exactly (they are computed by its queries): a run's
+    figures are added when it ends, and what a later change does to them (a reviewer's score, a
+    re-run) when it happens (feedback/rollups.py); ``manage.py rebuild_daily_stats`` recounts.
     """
 
     day = models.DateField()
@@ -47,14 +47,12 @@ class DailyRunStats(models.Model):
 
 
 class DailyToolStats(models.Model):
-    """Pre-aggregated tool calls of one day's runs of one task kind, per tool, so the per-tool
-    figures of a year read ~365 rows per kind and tool instead of every tool-call step.
+    """Pre-aggregated tool calls of one day's ended runs of one task kind, per tool, so the
+    per-tool figures of a year read ~365 rows per kind and tool instead of every tool-call step.
 
     A call belongs to the day of its run's ``created_at``, like DailyRunStats, and is counted
-    by the definitions in feedback/tool_metrics.py (``tool_call_counts``), in the same recounts.
-    ``latency`` is a histogram of ``duration_ms``: {bucket: calls} with the buckets of
-    ``tool_metrics.latency_bucket`` (each 5% wider than the one before). Histograms add up across
-    days and kinds, and the percentiles are estimated from them within 5%.
+    by the definitions in feedback/tool_metrics.py (``tool_call_counts``), with its run. The
+    latency histogram is in DailyToolLatency.
     """
 
     day = models.DateField()
@@ -66,7 +64,6 @@ class DailyToolStats(models.Model):
     # The calls with a recorded duration, and the sum of their durations: the average's parts.
     timed = models.PositiveIntegerField(default=0)
     duration_sum = models.PositiveBigIntegerField(default=0)
-    latency = models.JSONField(default=dict)
     refreshed_at = models.DateTimeField(auto_now=True)
 
     COUNTS = ("calls", "succeeded", "retries", "timed", "duration_sum")
@@ -78,3 +75,26 @@ class DailyToolStats(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.task_kind} {self.tool_name}: {self.calls} calls"
+
+
+class DailyToolLatency(models.Model):
+    """The latency histogram of one day's calls of one tool, for one task kind: how many calls
+    took a ``duration_ms`` in each bucket of ``tool_metrics.latency_bucket`` (each 5% wider than
+    the one before). Histograms add up across days and kinds, in SQL (a SUM per tool and bucket),
+    and the percentiles are estimated from them within 5%."""
+
+    day = models.DateField()
+    task_kind = models.CharField(max_length=32, choices=Task.Kind.choices)
+    tool_name = models.CharField(max_length=100)
+    bucket = models.PositiveSmallIntegerField()
+    calls = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "task_kind", "tool_name", "bucket"], name="daily_tool_latency_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.task_kind} {self.tool_name} bucket {self.bucket}: {self.calls} calls"

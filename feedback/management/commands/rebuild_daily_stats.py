@@ -1,4 +1,5 @@
-"""Recount the daily rollups behind the metrics (DailyRunStats and DailyToolStats), month by month."""
+"""Recount the daily rollups behind the metrics (DailyRunStats, DailyToolStats and
+DailyToolLatency), month by month, after counting the ended runs that were not."""
 
 from datetime import date, timedelta
 
@@ -7,7 +8,7 @@ from django.db.models import Max, Min
 from django.utils import timezone
 
 from feedback.models import Run
-from feedback.rollups import daily_stats_rebuild
+from feedback.rollups import daily_stats_refresh
 
 CHUNK_DAYS = 31
 
@@ -33,6 +34,6 @@ class Command(BaseCommand):
         # One transaction per month: short locks, and progress a person can follow.
         while start < until:
             end: date = min(until, start + timedelta(days=CHUNK_DAYS))
-            written += daily_stats_rebuild(since_day=start, until_day=end)
+            written += daily_stats_refresh(since_day=start, until_day=end)
             start = end
         self.stdout.write(f"Recounted {since} to {until - timedelta(days=1)}: {written} rows.")
