@@ -12,9 +12,12 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from feedback import throttle
+from feedback.agent.guardrails import check_guardrails
+from feedback.agent.tools import BUILTIN_TOOLS
 from feedback.cron import MIN_GAP_MINUTES, CronError, check_schedule
 from feedback.models import Run, Strategy, Task, Workspace
 from feedback.selectors import workspaces_usable_by
+from feedback.strategies.conditions import check_condition
 
 # Uploads go into the run's workspace, where the agent's text tools read them.
 UPLOAD_MAX_BYTES = 1024 * 1024
@@ -283,7 +286,6 @@ class StrategyEditForm(forms.Form):
     reason = forms.CharField(label=_("Why this edit"), max_length=2000, required=False)
 
     def clean_condition(self):
-        from feedback.strategies.conditions import check_condition
 
         value = self.cleaned_data["condition"] or {}
         problems = check_condition(value)
@@ -292,7 +294,6 @@ class StrategyEditForm(forms.Form):
         return value
 
     def clean_guardrails(self):
-        from feedback.agent.guardrails import check_guardrails
 
         value = self.cleaned_data["guardrails"] or []
         problems = check_guardrails(value)
@@ -331,7 +332,6 @@ class RunFilterForm(forms.Form):
     )
 
     def __init__(self, *args, **kwargs) -> None:
-        from feedback.agent.tools import BUILTIN_TOOLS
 
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)

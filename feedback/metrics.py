@@ -28,7 +28,16 @@ from django.db.models import (
 from django.db.models.functions import Trunc, TruncDay, TruncWeek
 from django.utils import timezone
 
-from feedback.models import DailyRunStats, DailyToolLatency, DailyToolStats, Evaluation, Run, Step, ToolConfirmation
+from feedback.models import (
+    DailyRunStats,
+    DailyToolLatency,
+    DailyToolStats,
+    Evaluation,
+    Run,
+    Step,
+    StrategyEvent,
+    ToolConfirmation,
+)
 
 GRANULARITIES = {"day": TruncDay, "week": TruncWeek}
 ENDED = [Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED]
@@ -336,7 +345,6 @@ def strategy_effectiveness(window: Window) -> dict:
     a measured improvement (the always-valid 95% interval of treatment minus control above zero,
     recorded with the decision; see strategies/trials.py) / all strategies that finished a trial
     in the window (promoted, rolled back by a reviewer, or rolled back automatically)."""
-    from feedback.models import StrategyEvent
 
     finished = StrategyEvent.objects.filter(
         created_at__gte=window.since,

@@ -1,5 +1,6 @@
 """The read queries behind the pages."""
 
+import difflib
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -17,9 +18,12 @@ from django.db.models import (
     Value,
 )
 from django.db.models.functions import Coalesce
+from django.shortcuts import get_object_or_404
 
+from feedback.agent.prompts import build_system_prompt
 from feedback.models import AppliedStrategy, Evaluation, EvaluationProfile, Run, Step, Strategy, Workspace
 from feedback.models.run import NO_SCORE
+from feedback.strategies import injection
 
 
 def runs_visible_to(user: AbstractBaseUser) -> QuerySet[Run]:
@@ -271,16 +275,13 @@ def run_evaluations(run: Run) -> QuerySet[Evaluation]:
 # --- strategies -------------------------------------------------------------------------------
 def strategy_prompt_diff(strategy: Strategy) -> dict:
     """The exact system prompt of a sample matching task, without and with the strategy."""
-    import difflib
 
-    from feedback.agent.prompts import build_system_prompt
-    from feedback.strategies.injection import select
 
     version = strategy.current_version
     sample = strategy.evidence.select_related("task").order_by("-pk").first()
     if version is None or sample is None:
         return {"sample": None, "lines": []}
-    others = select(sample, exclude=strategy.pk)
+    others = injection.select(sample, exclude=strategy.pk)
     before = build_system_prompt(others.guidance, others.examples)
     examples = others.examples + ([version.worked_example] if version.worked_example else [])
     after = build_system_prompt([*others.guidance, version.new_guidance], examples)
@@ -296,7 +297,6 @@ def strategy_prompt_diff(strategy: Strategy) -> dict:
 
 
 def strategy_detail(strategy_id: int) -> Strategy:
-    from django.shortcuts import get_object_or_404
 
     return get_object_or_404(
         Strategy.objects.select_related("current_version", "current_version__author"), pk=strategy_id

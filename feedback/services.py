@@ -14,7 +14,10 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from feedback import queue
 from feedback.agent.sandbox import SandboxError, resolve
+from feedback.cron import check_schedule
+from feedback.evaluation.chain import composite_score, run_outcome
 from feedback.models import Evaluation, Run, Task, ToolConfirmation, Workspace
 from feedback.privacy import mask_text
 
@@ -53,10 +56,8 @@ def task_submit(
 
 
 def _task_queue_run(*, task: Task) -> Run:
-    from feedback.tasks import queue_after_commit, run_execute_task
-
     run = Run.objects.create(task=task, task_kind=task.kind)
-    queue_after_commit(run_execute_task, run.pk)
+    queue.run_execute(run.pk)
     return run
 
 
@@ -101,7 +102,6 @@ def parse_cron(expression: str) -> dict[str, str]:
     """Five cron fields as CrontabSchedule's keyword arguments; ``cron.CronError`` (a ValueError
     whose message names the field at fault) if celery cannot read them, if they never fire, or
     if they fire more often than every ``cron.MIN_GAP_MINUTES``."""
-    from feedback.cron import check_schedule
 
     return check_schedule(expression)
 
@@ -215,9 +215,7 @@ def confirmation_decide(
             status=Run.Status.QUEUED
         )
         if resumed:
-            from feedback.tasks import queue_after_commit, run_execute_task
-
-            queue_after_commit(run_execute_task, run_id)
+            queue.run_execute(run_id)
     confirmation.refresh_from_db()
     return confirmation
 
@@ -236,7 +234,6 @@ def run_add_human_score(
     """A reviewer's score and, if they give one, their verdict on the task (``outcome``:
     accomplished or not_accomplished; "" leaves it to the evaluators). Both outrank the
     automatic ones (see feedback/evaluation/chain.py); it counts as a human intervention."""
-    from feedback.evaluation.chain import composite_score, run_outcome
 
     if not user.has_perm("feedback.score_run"):
         raise PermissionDenied
@@ -271,13 +268,11 @@ def run_add_human_score(
 def run_reevaluate(*, run: Run, user: AbstractBaseUser) -> int:
     """Queue a new round of automatic evaluation; earlier rounds stay as history. Returns the
     round number the worker will write."""
-    from feedback.tasks import run_evaluate_task
-
     if not user.has_perm("feedback.score_run"):
         raise PermissionDenied
     if run.is_active:
         raise ValueError("A run is evaluated once it has ended.")
     run = Run.objects.select_for_update().get(pk=run.pk)
     next_round = (run.evaluations.aggregate(r=Max("round"))["r"] or 0) + 1
-    run_evaluate_task.delay_on_commit(run.pk, expected_round=next_round)
+    queue.run_evaluate(run.pk, expected_round=next_round)
     return next_round

@@ -1,32 +1,15 @@
 """Celery tasks: they take an id, stay thin and call the code that does the work."""
 
 import logging
-from typing import Any
 
-from celery import Task, shared_task
+from celery import shared_task
 from django.conf import settings
-from django.db import transaction
-from kombu.exceptions import OperationalError as BrokerError
 
 from feedback.agent.checkpoint import reap_stale_runs, resend_lost_evaluations
 from feedback.agent.loop import execute_run
 from feedback.rollups import daily_stats_refresh_recent
 
 logger = logging.getLogger(__name__)
-
-
-def queue_after_commit(task: Task, *args: Any, **kwargs: Any) -> None:
-    """Queue ``task`` once the current transaction commits, like ``delay_on_commit``, except
-    that a broker that is down (restarting, unreachable) neither fails the request nor undoes
-    the committed change: the run stays queued and the reaper sends it again (checkpoint.py)."""
-
-    def send() -> None:
-        try:
-            task.apply_async(args, kwargs)
-        except (BrokerError, OSError):
-            logger.warning("the broker is unavailable; %s%s will be re-sent by the reaper", task.name, args)
-
-    transaction.on_commit(send)
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)

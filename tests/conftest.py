@@ -96,3 +96,17 @@ def judge_server(settings):
 @pytest.fixture
 def make_reviewer(db):
     return lambda username: make_user(username, roles.REVIEWER)
+
+
+@pytest.fixture
+def sent_tasks(monkeypatch):
+    """What was handed to the broker, as (task name, args, kwargs), with no broker involved."""
+    from agentsite.celery import app
+
+    sent = []
+
+    def send_task(name, args=(), kwargs=None, **options):
+        sent.append((name, tuple(args or ()), kwargs or {}))
+
+    monkeypatch.setattr(app, "send_task", send_task)
+    return sent

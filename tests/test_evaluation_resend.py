@@ -9,20 +9,19 @@ from .factories import make_run
 pytestmark = pytest.mark.django_db
 
 
-def test_an_evaluation_lost_with_the_broker_is_sent_again(
-    db, settings, monkeypatch, django_capture_on_commit_callbacks
-):
+def test_an_evaluation_lost_with_the_broker_is_sent_again(db, settings, sent_tasks, django_capture_on_commit_callbacks):
     from datetime import timedelta
 
     from django.utils import timezone
 
-    from feedback import tasks
     from feedback.agent.checkpoint import resend_lost_evaluations
     from feedback.models import Evaluation
 
     settings.RUN_STALE_AFTER_SECONDS = 60
-    sent = []
-    monkeypatch.setattr(tasks.run_evaluate_task, "apply_async", lambda args, kwargs: sent.append(args[0]))
+
+    def sent() -> list[int]:
+        return [args[0] for name, args, _ in sent_tasks if name == "feedback.tasks.run_evaluate_task"]
+
     long_ago = timezone.now() - timedelta(minutes=5)
     lost = make_run(status=Run.Status.SUCCEEDED, finished_at=long_ago)
     scored = make_run(status=Run.Status.SUCCEEDED, finished_at=long_ago)
@@ -31,6 +30,6 @@ def test_an_evaluation_lost_with_the_broker_is_sent_again(
     make_run(status=Run.Status.CANCELLED, finished_at=long_ago)  # nothing to evaluate
     with django_capture_on_commit_callbacks(execute=True):
         assert resend_lost_evaluations() == [lost.pk]
-    assert sent == [lost.pk]
+    assert sent() == [lost.pk]
     with django_capture_on_commit_callbacks(execute=True):
         assert resend_lost_evaluations() == []  # once per hold period, not every beat

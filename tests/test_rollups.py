@@ -51,7 +51,6 @@ def test_a_human_score_is_counted_at_once(reviewer):
 def test_a_rerun_of_a_run_and_a_cancel_are_counted_at_once(reviewer, monkeypatch):
     original = make_finished_run(created_at=at(2), status=Run.Status.FAILED)
     waiting = make_run(created_at=at(3), status=Run.Status.QUEUED)
-    monkeypatch.setattr(tasks.run_execute_task, "delay", lambda run_id: None)
     services.run_rerun(run=original, user=reviewer)
     services.run_cancel(run=waiting, user=reviewer)
     assert (stats(2).retried, stats(2).intervened) == (1, 1)
@@ -91,7 +90,6 @@ def test_what_the_runs_add_always_equals_a_recount(reviewer, monkeypatch):
     additions are the rows a recount from scratch gives."""
     import random
 
-    monkeypatch.setattr(tasks.run_execute_task, "delay", lambda run_id: None)
     rng = random.Random(5)
     runs = []
     for _ in range(40):

@@ -15,11 +15,10 @@ def test_it_shows_the_form_and_names_the_offline_model(client, staff, demo_works
     assert ">demo</option>" in html
 
 
-def test_it_queues_a_run_after_commit(client, staff, demo_workspace, django_capture_on_commit_callbacks, monkeypatch):
-    from feedback import tasks
+def test_it_queues_a_run_after_commit(client, staff, demo_workspace, django_capture_on_commit_callbacks, sent_tasks):
+    def sent() -> list[int]:
+        return [args[0] for name, args, _ in sent_tasks if name == "feedback.tasks.run_execute_task"]
 
-    sent = []
-    monkeypatch.setattr(tasks.run_execute_task, "apply_async", lambda args, kwargs: sent.append(*args))
     client.force_login(staff)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         response = client.post(
@@ -34,7 +33,7 @@ def test_it_queues_a_run_after_commit(client, staff, demo_workspace, django_capt
     run = Run.objects.get()
     assert response.status_code == 302
     assert response["Location"] == reverse("feedback-run-detail", args=[run.pk])
-    assert len(callbacks) == 1 and sent == [run.pk]
+    assert len(callbacks) == 1 and sent() == [run.pk]
     assert run.status == Run.Status.QUEUED and run.task_kind == "file_analysis"
     assert run.task.created_by == staff and run.task.expected_answer == "80 words"
 
@@ -85,9 +84,7 @@ def _text_file(name: str, content: bytes = b"hello,world\n1,2\n"):
 
 
 def test_uploaded_files_go_into_a_new_workspace_for_the_run(client, staff, demo_workspace, monkeypatch):
-    from feedback import tasks
 
-    monkeypatch.setattr(tasks.run_execute_task, "delay", lambda run_id: None)
     client.force_login(staff)
     response = client.post(
         URL,
@@ -145,13 +142,11 @@ def test_changing_the_kind_swaps_only_its_help(client, staff):
     assert "(17 * 23 + 4) / 5" in html and "<form" not in html
 
 
-def test_a_recurring_task_gets_a_beat_entry_that_queues_new_runs(client, staff, monkeypatch):
+def test_a_recurring_task_gets_a_beat_entry_that_queues_new_runs(client, staff, sent_tasks):
     from django_celery_beat.models import PeriodicTask
 
     from feedback import tasks
 
-    sent = []
-    monkeypatch.setattr(tasks.run_execute_task, "apply_async", lambda args, kwargs: sent.append(*args))
     client.force_login(staff)
     response = client.post(URL, {"kind": "arithmetic", "text": "What is 2 + 2?", "repeat": "hours", "every": "6"})
     assert response.status_code == 302
@@ -190,9 +185,6 @@ def test_a_bad_schedule_is_refused(client, staff, data, field, message):
 def test_a_cron_schedule_is_listed_and_can_be_turned_off(client, staff, monkeypatch):
     from django_celery_beat.models import PeriodicTask
 
-    from feedback import tasks
-
-    monkeypatch.setattr(tasks.run_execute_task, "delay", lambda run_id: None)
     client.force_login(staff)
     client.post(URL, {"kind": "arithmetic", "text": "What is <b>2</b> + 2?", "repeat": "cron", "cron": "0 7 * * 1-5"})
     entry = PeriodicTask.objects.get()

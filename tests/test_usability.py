@@ -18,16 +18,19 @@ pytestmark = pytest.mark.django_db
 
 
 # --- the demo loop ------------------------------------------------------------------------------
-def test_a_double_clicked_demo_loop_queues_one_loop(client, reviewer, settings, monkeypatch):
+def test_a_double_clicked_demo_loop_queues_one_loop(client, reviewer, settings, monkeypatch, sent_tasks):
     settings.EMBEDDED_DATABASE = True  # the demo loop is offered by the embedded default only
-    sent, reports = [], []
-    monkeypatch.setattr(tasks.demo_loop_task, "apply_async", lambda args=(), kwargs=None, **_: sent.append(args))
+    reports = []
+
+    def sent() -> list[tuple]:
+        return [args for name, args, _ in sent_tasks if name == "feedback.tasks.demo_loop_task"]
+
     client.force_login(reviewer)
     url = reverse("feedback-strategies-demo-loop")
 
     first = client.post(url, follow=True).content.decode()
     second = client.post(url, follow=True).content.decode()
-    assert len(sent) == 1, "the second click queued a second loop"
+    assert len(sent()) == 1, "the second click queued a second loop"
     assert "The demo loop is running in the worker" in first
     assert "A demo loop is already running, started at" in second and "nothing new was queued" in second
     lock = JobLock.objects.get()
@@ -43,11 +46,11 @@ def test_a_double_clicked_demo_loop_queues_one_loop(client, reviewer, settings, 
 
     monkeypatch.setattr("feedback.strategies.demo.run_demo_loop", demo_loop)
     with pytest.raises(RuntimeError):
-        tasks.demo_loop_task(*sent[0])
+        tasks.demo_loop_task(*sent()[0])
     assert reports and not JobLock.objects.exists()
     assert 'id="demo-running"' not in client.get(reverse("feedback-strategy-list")).content.decode()
     client.post(url)
-    assert len(sent) == 2
+    assert len(sent()) == 2
 
 
 # --- confirmations ------------------------------------------------------------------------------
@@ -99,7 +102,6 @@ def test_a_cron_schedule_firing_more_often_than_every_5_minutes_is_refused(clien
 def test_a_cron_schedule_5_minutes_apart_or_more_is_accepted(client, staff, monkeypatch, cron):
     from django_celery_beat.models import PeriodicTask
 
-    monkeypatch.setattr(tasks.run_execute_task, "apply_async", lambda args, kwargs: None)
     client.force_login(staff)
     data = {"kind": "arithmetic", "text": "What is 2 + 2?", "repeat": "cron", "cron": cron}
     assert client.post(reverse("feedback-task-submit"), data).status_code == 302

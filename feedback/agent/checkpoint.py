@@ -10,16 +10,16 @@ conditional update from "queued" can claim a run.
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from feedback.models import Run
+from feedback import queue
+from feedback.models import Evaluation, Run
 
 
 def reap_stale_runs() -> list[int]:
-    from feedback.tasks import queue_after_commit, run_execute_task
-
     cutoff = timezone.now() - timedelta(seconds=settings.RUN_STALE_AFTER_SECONDS)
     stale_running = Q(status=Run.Status.RUNNING) & (Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
     stale_queued = Q(status=Run.Status.QUEUED, created_at__lt=cutoff) & (
@@ -35,7 +35,7 @@ def reap_stale_runs() -> list[int]:
                 status=Run.Status.QUEUED, worker="", heartbeat_at=timezone.now()
             )
             if moved:
-                queue_after_commit(run_execute_task, run_id)
+                queue.run_execute(run_id)
                 requeued.append(run_id)
     return requeued
 
@@ -49,10 +49,7 @@ def resend_lost_evaluations() -> list[int]:
     message queued when they ended was lost (the broker was down). Safe to repeat, because
     ``evaluate_run`` writes the first round only once; a cache key still limits re-sends to
     one per run per ten stale periods, so a long judge queue is not flooded."""
-    from django.core.cache import cache
 
-    from feedback.models import Evaluation
-    from feedback.tasks import queue_after_commit, run_evaluate_task
 
     now = timezone.now()
     cutoff = now - timedelta(seconds=settings.RUN_STALE_AFTER_SECONDS)
@@ -70,6 +67,6 @@ def resend_lost_evaluations() -> list[int]:
     hold = int(settings.RUN_STALE_AFTER_SECONDS * 10)
     for run_id in lost:
         if cache.add(f"evaluation-resent:{run_id}", 1, timeout=hold):
-            queue_after_commit(run_evaluate_task, run_id)
+            queue.run_evaluate(run_id)
             resent.append(run_id)
     return resent

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
+from feedback import queue
 from feedback.logging import current_run, current_step
 from feedback.models import Run, Step, Task, ToolConfirmation
 from feedback.privacy import mask_text
@@ -120,9 +121,7 @@ class AgentLoop:
         self.record.update_run(status=status, final_output=output, error=error, finished_at=timezone.now(), plan=plan)
         # The run id in the message itself: Celery's worker log format drops the context filter.
         logger.info("run %s finished: %s %s", self.run.pk, status, error)
-        from feedback.tasks import queue_after_commit, run_evaluate_task  # late: feedback.tasks imports this module
-
-        queue_after_commit(run_evaluate_task, self.run.pk)
+        queue.run_evaluate(self.run.pk)
 
     # --- the loop -------------------------------------------------------------------------
     def execute(self) -> None:

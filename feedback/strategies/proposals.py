@@ -18,7 +18,7 @@ from feedback.agent.llm import use_endpoint
 from feedback.models import Run, Step, Strategy, StrategyEvent, StrategyVersion
 
 from .conditions import check_condition
-from .mining import Pattern
+from .mining import Pattern, mine
 from .services import strategy_approve
 
 logger = logging.getLogger(__name__)
@@ -216,6 +216,5 @@ def _create(pattern: Pattern) -> Strategy | None:
 
 def mine_and_propose(*, window_days: int | None) -> list[Strategy]:
     """Mine the last ``window_days`` days (None: all history) and propose what was found."""
-    from .mining import mine
 
     return propose(mine(window_days=window_days))

@@ -14,7 +14,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 from kombu.exceptions import OperationalError as BrokerError
 
-from feedback import locks, selectors
+from feedback import locks, queue, selectors
 from feedback.forms import MiningScheduleForm, StrategyDecisionForm, StrategyEditForm
 from feedback.models import Strategy
 from feedback.strategies import schedule, services
@@ -131,9 +131,7 @@ def strategy_edit(request: HttpRequest, strategy_id: int) -> HttpResponse:
 @require_POST
 def strategies_mine(request: HttpRequest) -> HttpResponse:
     _require_decider(request)
-    from feedback.tasks import strategies_mine_task
-
-    strategies_mine_task.delay()  # over STRATEGY_MINING_WINDOW_DAYS, as beat's hourly job
+    queue.strategies_mine()  # over STRATEGY_MINING_WINDOW_DAYS, as beat's hourly job
     messages.success(
         request,
         _("Mining the last %(days)s days started: new proposals appear here when it is done.")
@@ -161,8 +159,6 @@ def strategies_demo_loop(request: HttpRequest) -> HttpResponse:
     _require_decider(request)
     if not settings.EMBEDDED_DATABASE:
         raise PermissionDenied(_("The demo loop adds hundreds of runs: embedded demo only."))
-    from feedback.tasks import demo_loop_task
-
     # One loop at a time, whoever clicks and however often: the lock is the database's, taken
     # here and released by the loop when it ends.
     lock = locks.job_lock_acquire(name=locks.DEMO_LOOP, seconds=locks.DEMO_LOOP_SECONDS, user=request.user)
@@ -173,7 +169,7 @@ def strategies_demo_loop(request: HttpRequest) -> HttpResponse:
                                  "Its figures appear here when it ends.") % {"time": started})  # fmt: skip
         return redirect("feedback-strategy-list")
     try:
-        demo_loop_task.delay(60, lock.token)
+        queue.demo_loop(tasks_per_phase=60, lock_token=lock.token)
     except (BrokerError, OSError):
         locks.job_lock_release(name=locks.DEMO_LOOP, token=lock.token)
         messages.error(request, _("The worker's queue cannot be reached: no demo loop was started. Try again shortly."))

@@ -6,6 +6,8 @@ registry reads those settings at each run, so no restart is needed.
 
 from dataclasses import replace
 
+from feedback.models import ToolSetting
+
 from .base import Tool, ToolContext, ToolError
 from .calculator import CALCULATOR, calculator
 from .engine import DELEGATE, UPDATE_PLAN, delegate, update_plan
@@ -102,7 +104,6 @@ BUILTIN_TOOLS: dict[str, Tool] = {
 
 def enabled_tools() -> dict[str, Tool]:
     """The registry as operators configured it right now (enabled flag, timeout override)."""
-    from feedback.models import ToolSetting
 
     overrides = {s.name: s for s in ToolSetting.objects.all()}
     tools = {}

@@ -1,0 +1,57 @@
+"""Work handed to the worker. Everything that queues a task goes through here, by the task's
+name, so the code that queues (services, the agent, the reaper, views) never imports
+feedback.tasks, which imports that code to run it.
+
+Work is queued once the current transaction commits: the worker never sees a run before its
+row. A broker that is down neither fails the caller nor undoes its committed change: the
+reaper sends the run, or its evaluation, again (agent/checkpoint.py).
+"""
+
+import logging
+from typing import Any
+
+from django.db import transaction
+from kombu.exceptions import OperationalError as BrokerError
+
+from agentsite.celery import app
+
+logger = logging.getLogger(__name__)
+
+RUN_EXECUTE = "feedback.tasks.run_execute_task"
+RUN_EVALUATE = "feedback.tasks.run_evaluate_task"
+STRATEGIES_MINE = "feedback.tasks.strategies_mine_task"
+DEMO_LOOP = "feedback.tasks.demo_loop_task"
+
+
+def _after_commit(name: str, *args: Any, **kwargs: Any) -> None:
+    def send() -> None:
+        try:
+            app.send_task(name, args, kwargs)
+        except (BrokerError, OSError):
+            logger.warning("the broker is unavailable; %s%s will be sent again by the reaper", name, args)
+
+    transaction.on_commit(send)
+
+
+def run_execute(run_id: int) -> None:
+    """Have a worker run (or resume) the run."""
+    _after_commit(RUN_EXECUTE, run_id)
+
+
+def run_evaluate(run_id: int, *, expected_round: int | None = None) -> None:
+    """Have a worker evaluate the ended run (``expected_round``: a reviewer's re-evaluation)."""
+    if expected_round is None:
+        _after_commit(RUN_EVALUATE, run_id)
+    else:
+        _after_commit(RUN_EVALUATE, run_id, expected_round=expected_round)
+
+
+def strategies_mine() -> None:
+    """Mine the recent failures now, as beat's hourly job does."""
+    _after_commit(STRATEGIES_MINE)
+
+
+def demo_loop(*, tasks_per_phase: int, lock_token: str) -> None:
+    """Start the demo loop now. Raises when the broker cannot be reached: the caller holds a lock
+    for the loop that it must give back then (there is no reaper for demo loops)."""
+    app.send_task(DEMO_LOOP, (tasks_per_phase, lock_token))
