@@ -71,7 +71,8 @@ def main() -> None:
         _recreate_database()
         call_command("migrate", verbosity=0)
         started = time.perf_counter()
-        call_command("generate_history", runs=args.runs)
+        # Twenty runs of 10,000 steps for the long trace pages, beside the ~10-step ones.
+        call_command("generate_history", runs=args.runs, long_runs=20, long_run_steps=10_000)
         rows.append(report.generation_row(args.runs, time.perf_counter() - started))
     elif (earlier := report.previous_generation(Path(args.out), args.runs)) is not None:
         rows.append(earlier)

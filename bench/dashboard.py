@@ -1,13 +1,18 @@
-"""Benchmark 3: dashboard latency under concurrent clients, against the constant /healthz page.
+"""Benchmark 3: what a person waits for a page, under concurrent clients, against the constant
+/healthz page in the same run.
 
 gunicorn serves the project with production-like settings (DEBUG off, hashed static files when
-``collect_static``); ``wrk`` (Debian package) loads each page with ``clients`` connections after
-one real login, and reports p50/p95 through a Lua ``done`` hook. Without wrk, a small Python load
-generator with threads does the same job (the CI test uses it when wrk is missing).
+``collect_static``); ``wrk`` (Debian package) loads each family of pages with ``clients``
+connections after one real login, every request a different URL (different runs, filters,
+searches, pages deep in the list, metric windows), and reports p50/p95 through a Lua ``done``
+hook. Without wrk, a small Python load generator with threads does the same job (the CI test
+uses it when wrk is missing).
 """
 
 import http.cookiejar
+import itertools
 import os
+import random
 import re
 import shutil
 import socket
@@ -16,24 +21,51 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from django.core.cache import cache
+from django.db.models import Max, Min
 
 from bench.results import Result
 from bench.worker import BASE_DIR, database_url
-from feedback.models import Run
+from feedback import selectors
+from feedback.models import Run, Task
+from feedback.models.run import NO_SCORE
 from feedback.tool_metrics import percentile_cont
 
-WRK_REPORT = """
+# wrk's Lua: each thread walks its share of a list of paths (one per line, "path<TAB>etag"), so
+# every request asks for a different URL; an etag, when given, is sent as If-None-Match.
+WRK_SCRIPT = """
+local paths, etags = {}, {}
+for line in io.lines(os.getenv("BENCH_PATHS")) do
+  local path, etag = line:match("^([^\\t]+)\\t?(.*)$")
+  paths[#paths + 1] = path
+  etags[#etags + 1] = etag
+end
+local threads, count = {}, 0
+setup = function(thread)
+  count = count + 1
+  thread:set("offset", count - 1)
+  thread:set("step", tonumber(os.getenv("BENCH_THREADS")))
+  table.insert(threads, thread)
+end
+local i = nil
+request = function()
+  i = (i or offset) + step
+  local n = (i % #paths) + 1
+  if etags[n] ~= "" then wrk.headers["If-None-Match"] = etags[n] else wrk.headers["If-None-Match"] = nil end
+  return wrk.format("GET", paths[n])
+end
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format("BENCH p50=%d p95=%d requests=%d errors=%d\\n", latency:percentile(50),
     latency:percentile(95), summary.requests, e.status + e.connect + e.read + e.write + e.timeout))
 end
 """
+WRK_THREADS = 2
 
 
 def _free_port() -> int:
@@ -104,35 +136,54 @@ def login(base: str, username: str, password: str) -> str:
     return "; ".join(f"{k}={v}" for k, v in cookies.items())
 
 
-def _wrk(url: str, cookie: str, clients: int, seconds: float) -> tuple[float | None, float | None, int]:
+Target = tuple[str, str]  # (path, the If-None-Match to send, or "")
+
+
+def _wrk(
+    base: str, targets: list[Target], cookie: str, clients: int, seconds: float
+) -> tuple[float | None, float | None, int]:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(WRK_REPORT)
+        script.write(WRK_SCRIPT)
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as paths:
+        paths.write("".join(f"{path}\t{etag}\n" for path, etag in targets))
+    env = {**os.environ, "BENCH_PATHS": paths.name, "BENCH_THREADS": str(WRK_THREADS)}
     out = subprocess.run(
-        ["wrk", "-t", "2", "-c", str(clients), "-d", f"{max(1, round(seconds))}s", "--timeout", "30s",
-         "-s", script.name, "-H", f"Cookie: {cookie}", url],
-        capture_output=True, text=True, check=True,
+        ["wrk", "-t", str(WRK_THREADS), "-c", str(clients), "-d", f"{max(1, round(seconds))}s", "--timeout", "30s",
+         "-s", script.name, "-H", f"Cookie: {cookie}", base],
+        capture_output=True, text=True, check=True, env=env,
     ).stdout  # fmt: skip
     os.unlink(script.name)
+    os.unlink(paths.name)
     found = re.search(r"BENCH p50=(\d+) p95=(\d+) requests=(\d+) errors=(\d+)", out)
     if found is None or int(found.group(4)):
-        raise RuntimeError(f"wrk failed or saw errors on {url}:\n{out}")
+        raise RuntimeError(f"wrk failed or saw errors on {targets[0][0]}...:\n{out}")
     if not int(found.group(3)):
         return None, None, 0  # not one request finished in time: no figure, never a "met"
     return int(found.group(1)) / 1000, int(found.group(2)) / 1000, int(found.group(3))
 
 
-def _python_load(url: str, cookie: str, clients: int, seconds: float) -> tuple[float, float, int]:
-    """The fallback: ``clients`` threads, each one request after another, for ``seconds``."""
+def _python_load(
+    base: str, targets: list[Target], cookie: str, clients: int, seconds: float
+) -> tuple[float, float, int]:
+    """The fallback: ``clients`` threads, each one request after another for ``seconds``, every
+    request the next target of the list."""
     latencies: list[float] = []
     errors: list[str] = []
     deadline = time.monotonic() + seconds
+    turn = itertools.count()
 
     def client() -> None:
         while time.monotonic() < deadline:
+            path, etag = targets[next(turn) % len(targets)]
+            headers = {"Cookie": cookie, **({"If-None-Match": etag} if etag else {})}
             started = time.perf_counter()
             try:
-                with urllib.request.urlopen(urllib.request.Request(url, headers={"Cookie": cookie}), timeout=30) as r:
+                with urllib.request.urlopen(urllib.request.Request(base + path, headers=headers), timeout=30) as r:
                     r.read()
+            except urllib.error.HTTPError as exc:
+                if exc.code != 304:  # a revalidated page answers 304 Not Modified, as intended
+                    errors.append(str(exc))
+                    return
             except OSError as exc:
                 errors.append(str(exc))
                 return
@@ -144,56 +195,130 @@ def _python_load(url: str, cookie: str, clients: int, seconds: float) -> tuple[f
     for t in threads:
         t.join()
     if errors or not latencies:
-        raise RuntimeError(f"requests to {url} failed: {errors[:3]}")
+        raise RuntimeError(f"requests to {targets[0][0]}... failed: {errors[:3]}")
     return percentile_cont(latencies, 0.5), percentile_cont(latencies, 0.95), len(latencies)
 
 
-def _one_request(url: str, cookie: str) -> float:
-    started = time.perf_counter()
-    with urllib.request.urlopen(urllib.request.Request(url, headers={"Cookie": cookie}), timeout=120) as response:
-        response.read()
-    return (time.perf_counter() - started) * 1000
-
-
-def measure(url: str, cookie: str, clients: int, seconds: float) -> tuple[float | None, float | None, int]:
-    """(p50 ms, p95 ms, requests) of ``url`` under ``clients`` concurrent clients; no figures
-    when no request finished."""
+def measure(
+    base: str, targets: list[Target], cookie: str, clients: int, seconds: float
+) -> tuple[float | None, float | None, int]:
+    """(p50 ms, p95 ms, requests) over ``targets`` under ``clients`` concurrent clients, each
+    request the next target; no figures when no request finished."""
     load = _wrk if shutil.which("wrk") else _python_load
     if seconds >= 2:
-        load(url, cookie, clients, 1.0)  # warm-up: connections, caches, plans
-    return load(url, cookie, clients, seconds)
+        load(base, targets[::-1], cookie, clients, 1.0)  # warm-up: connections, plans (other URLs first)
+    return load(base, targets, cookie, clients, seconds)
+
+
+def _etag(base: str, path: str, cookie: str) -> str:
+    with urllib.request.urlopen(urllib.request.Request(base + path, headers={"Cookie": cookie}), timeout=120) as r:
+        r.read()
+        return r.headers.get("ETag") or ""
+
+
+def _sample_runs(rng: random.Random, count: int, **filters) -> list[int]:
+    """Up to ``count`` run ids matching ``filters``, spread over the whole history."""
+    span = Run.objects.aggregate(low=Min("id"), high=Max("id"))
+    if span["low"] is None:
+        return []
+    found: set[int] = set()
+    for _ in range(20):
+        guesses = {rng.randint(span["low"], span["high"]) for _ in range(count * 4)}
+        found.update(Run.objects.filter(pk__in=guesses, **filters).values_list("pk", flat=True))
+        if len(found) >= count:
+            break
+    return sorted(found)[:count]
+
+
+def page_families(rng: random.Random, size: int) -> list[tuple[str, list[str]]]:
+    """(name, paths): every page the dashboard serves, each family as ``size`` different URLs where
+    it has that many (different runs, filters, searches, pages deep in the list, windows)."""
+    short = [f"/runs/{pk}/" for pk in _sample_runs(rng, size, step_count__range=(8, 12))]
+    longest = Run.objects.order_by("-step_count").values_list("step_count", flat=True).first() or 0
+    long = [f"/runs/{pk}/" for pk in Run.objects.filter(step_count=longest).values_list("pk", flat=True)[:size]]
+    lists = [f"/runs/?sort={sort}" for sort in ("newest", "oldest", "score")]
+    lists += [
+        f"/runs/?status={status}&kind={kind}&sort={sort}"
+        for status in ("", "succeeded", "failed", "cancelled")
+        for kind in ("", *Task.Kind.values)
+        for sort in ("newest", "score")
+    ]
+    deep = Run.objects.filter(pk__in=_sample_runs(rng, size)).only("created_at", "score")
+    lists += [f"/runs/?after={selectors.run_cursor(run)}" for run in deep]
+    lists += [f"/runs/?sort=score&after={selectors.run_cursor(run, 'sort_score')}" for run in _with_sort_score(deep)]
+    generated = max(1, Run.objects.count())
+    # A word of one task (the generated texts number their tasks), and words of every task.
+    searches = [f"/runs/?q={n}" for n in rng.sample(range(generated), min(size // 2, generated))]
+    searches += [f"/runs/?q={word}" for word in ("inbox", "triage", "kind+arithmetic", "email_triage")]
+    windows = [
+        f"/metrics/?days={days}&kind={kind}&granularity={granularity}"
+        for days in (7, 30, 90, 365)
+        for kind in ("", *Task.Kind.values)
+        for granularity in ("day", "week")
+    ]
+    for paths in (lists, searches, windows):
+        rng.shuffle(paths)
+    return [
+        ("trace page, 10-step runs", short),
+        (f"trace page, {longest:,}-step runs", long),
+        ("run list: filters, sorts, pages deep", lists[:size]),
+        ("run list: searches", searches),
+        ("metrics page: every window, kind and period", windows),
+    ]
+
+
+def _with_sort_score(runs) -> list[Run]:
+    for run in runs:
+        run.sort_score = NO_SCORE if run.score is None else run.score
+    return list(runs)
 
 
 def run(
-    *, folder: Path, clients: int = 20, seconds: float = 10, username: str, password: str, collect_static: bool = True
+    *,
+    folder: Path,
+    clients: int = 20,
+    seconds: float = 10,
+    username: str,
+    password: str,
+    collect_static: bool = True,
+    size: int = 2000,
 ) -> list[Result]:
-    trace = Run.objects.order_by("-step_count", "-id").values_list("pk", "step_count").first()
-    pages = [
-        ("run list, unfiltered", "/runs/"),
-        ("run list, failed email triage", "/runs/?status=failed&kind=email_triage"),
-        (f"trace page, {trace[1] if trace else 0}-step run", f"/runs/{trace[0] if trace else 0}/"),
-        ("metrics page, 365 days", "/metrics/?days=365&granularity=day"),
-        ("metrics page, 365 days by week", "/metrics/?days=365&granularity=week"),
-    ]
+    """Each family of pages under ``clients`` clients, every request a different URL (the server
+    keeps no page cache: each one is rendered), against /healthz in the same run; then the live
+    trace pages revalidated, as a browser's poll does (If-None-Match: 304 when nothing changed)."""
     tool = "wrk" if shutil.which("wrk") else "python load generator"
-    # Every page starts cold (no page, user, session or tool-stats entry left by an earlier run):
-    # the "first render" rows measure a real miss.
+    families = page_families(random.Random(7), size)
     cache.clear()
     results = []
     with Gunicorn(folder, collect_static=collect_static) as server:
         cookie = login(server.base, username, password)
-        p50, p95, n = measure(server.base + "/healthz", cookie, clients, seconds)
+        p50, p95, n = measure(server.base, [("/healthz", "")], cookie, clients, seconds)
         results.append(Result("dashboard", "constant page /healthz, p50", p50, "ms", p50))
         results.append(
             Result("dashboard", "constant page /healthz, p95 (baseline)", p95, "ms", p95, note=f"{n} requests, {tool}")
         )
-        for name, path in pages:
-            # The first request renders the page (the page cache has no entry yet): what one
-            # client waits for when the data just changed, or the cache is off.
-            miss = _one_request(server.base + path, cookie)
-            results.append(Result("dashboard", f"{name}, first render (cache miss), 1 client", miss, "ms", p50))
-            q50, q95, n = measure(server.base + path, cookie, clients, seconds)
+        for name, paths in families:
+            if not paths:
+                results.append(Result("dashboard", name, None, "ms", note="no such page in this history"))
+                continue
+            q50, q95, n = measure(server.base, [(p, "") for p in paths], cookie, clients, seconds)
+            note = f"{n} requests over {len(paths):,} URLs, {tool}" if n else f"no request finished ({tool})"
             results.append(Result("dashboard", f"{name}, p50", q50, "ms", p50))
-            note = f"{n} requests, {tool}" if n else f"no request finished within {seconds:g} s ({tool})"
             results.append(Result("dashboard", f"{name}, p95", q95, "ms", p95, target=5.0, note=note))
+        live = families[0][1][:200]
+        revalidated = [(path, etag) for path in live if (etag := _etag(server.base, path, cookie))]
+        if revalidated:
+            q50, q95, n = measure(server.base, revalidated, cookie, clients, seconds)
+            results.append(Result("dashboard", "trace page revalidated (If-None-Match, 304), p50", q50, "ms", p50))
+            results.append(
+                Result(
+                    "dashboard",
+                    "trace page revalidated (If-None-Match, 304), p95",
+                    q95,
+                    "ms",
+                    p95,
+                    target=5.0,
+                    note=f"{n} requests over {len(revalidated)} URLs, {tool}",
+                )
+            )
     return results

@@ -46,8 +46,9 @@ def _libpq_url(database_url: str) -> str:
     return database_url.replace("postgres://", "postgresql://", 1)
 
 
-def run_react_agent(steps: int, database_url: str, *, thread_id: str) -> float:
-    """Seconds for one ``steps``-step run, every super-step checkpointed to PostgreSQL."""
+def run_react_agent(steps: int, database_url: str, *, thread_id: str, durability: str | None = None) -> float:
+    """Seconds for one ``steps``-step run checkpointed to PostgreSQL: every super-step by default
+    (``durability`` "async"), or only when the run exits (``durability="exit"``)."""
     with PostgresSaver.from_conn_string(_libpq_url(database_url)) as saver:
         saver.setup()
         agent = create_react_agent(ZeroLatencyChatModel(calls=steps - 1), [noop], checkpointer=saver)
@@ -55,6 +56,7 @@ def run_react_agent(steps: int, database_url: str, *, thread_id: str) -> float:
         state = agent.invoke(
             {"messages": [("user", "Call noop until told to stop.")]},
             {"configurable": {"thread_id": thread_id}, "recursion_limit": 4 * steps + 10},
+            durability=durability,
         )
         elapsed = time.perf_counter() - started
     tool_results = sum(1 for m in state["messages"] if isinstance(m, ToolMessage))

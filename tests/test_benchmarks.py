@@ -3,6 +3,7 @@ that each benchmark runs and reports sane figures; the figures themselves come f
 """
 
 import io
+import random
 import shutil
 from pathlib import Path
 
@@ -21,7 +22,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 def history(settings):
     # The gunicorn process logs in with the default hashers, not the tests' fast MD5.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
-    call_command("generate_history", runs=60, long_run_steps=40, strategies=8, stdout=io.StringIO())
+    call_command("generate_history", runs=60, long_runs=3, long_run_steps=40, strategies=8, stdout=io.StringIO())
 
 
 def test_the_generator_writes_a_realistic_history(history):
@@ -42,7 +43,7 @@ def test_the_generator_writes_a_realistic_history(history):
     assert Evaluation.objects.filter(kind="judge", accomplished__isnull=False).exists()
     # Deterministic: the same seed writes the same history again.
     first = list(Run.objects.order_by("id").values_list("status", "score", "step_count")[:60])
-    call_command("generate_history", runs=60, long_run_steps=40, strategies=8, stdout=io.StringIO())
+    call_command("generate_history", runs=60, long_runs=3, long_run_steps=40, strategies=8, stdout=io.StringIO())
     again = list(Run.objects.order_by("id").values_list("status", "score", "step_count")[60:])
     assert again == first
 
@@ -50,11 +51,14 @@ def test_the_generator_writes_a_realistic_history(history):
 def test_loop_overhead(db):
     from django.db import connection
 
-    results = loop.run(database_url=worker.database_url(), steps=5, repeats=1, inserts=10)
+    results = loop.run(database_url=worker.database_url(), steps=5, runs=2, inserts=10)
     names = [r.measure for r in results]
-    assert names[0].startswith("bare INSERT") and "engine per step" in names[1]
+    assert names[0].startswith("bare INSERT") and "engine per model call" in names[1]
+    assert "evaluation included" in names[1] and results[1].baseline == loop.MODEL_CALL_MS
+    assert any('durability="exit"' in name for name in names)
     assert all(r.value and r.value > 0 for r in results)
     assert connection.get_autocommit()
+    assert not Run.objects.filter(task__text=loop.BENCH_TASK).exists()  # it cleans up after itself
 
 
 def test_worker_throughput_and_concurrency(db, tmp_path):
@@ -69,24 +73,37 @@ def test_worker_throughput_and_concurrency(db, tmp_path):
 def test_dashboard_latency(history, tmp_path, monkeypatch):
     results = dashboard.run(
         folder=tmp_path, clients=2, seconds=0.3, username="bench-operator", password=BENCH_PASSWORD,
-        collect_static=False,
+        collect_static=False, size=20,
     )  # fmt: skip
-    assert len(results) == 17  # the constant page (2) and five pages (first render, p50, p95)
-    assert all(r.value and r.value > 0 for r in results)
+    names = [r.measure for r in results]
+    # The constant page (p50, p95) and five families of pages (p50, p95), each over many URLs.
+    assert names[:2] == ["constant page /healthz, p50", "constant page /healthz, p95 (baseline)"]
+    assert len(results) >= 12 and all(r.value and r.value > 0 for r in results)
+    families = [r for r in results[2:] if r.measure.endswith("p95") and "revalidated" not in r.measure]
+    assert len(families) == 5 and all(r.target == 5.0 for r in families)
+    assert all(int(r.note.split(" URLs")[0].split(" over ")[1].replace(",", "")) > 1 for r in families)
+
+    paths = dashboard.page_families(random.Random(7), 20)
+    for _, urls in paths:
+        assert len(urls) == len(set(urls))  # every request of a family a different URL
 
 
 def test_dashboard_without_wrk_uses_the_python_load_generator(history, tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     results = dashboard.run(
         folder=tmp_path, clients=2, seconds=0.2, username="bench-operator", password=BENCH_PASSWORD,
-        collect_static=False,
+        collect_static=False, size=10,
     )  # fmt: skip
     assert "python load generator" in results[1].note
 
 
-def test_mining_reports_a_figure_or_not_available(history):
+def test_mining_is_measured_over_an_explicit_full_year(history):
     results = mining.run()
-    assert results and (results[0].value is None) == ("not available" in results[0].note)
+    assert [r.measure for r in results] == [
+        "error-step pass over 60 runs (a full year: window_days=365) (baseline)",
+        "mining job over 60 runs (a full year: window_days=365)",
+    ]
+    assert all(r.value is not None and r.value > 0 for r in results)
 
 
 def test_the_report_keeps_other_scales(history, tmp_path):
