@@ -31,16 +31,23 @@ ERROR_CLASSES = ["ToolError", "InvalidToolCall", "ToolTimeout", "ValidationFaile
 BENCH_PASSWORD = "bench-operator"
 GENERATED_TASK_PREFIX = "Bench task "  # a throw-away user of a throw-away database
 N = r"\N"
+# Generated runs are priced as gpt-4o-mini's calls would be (USD per million tokens: in, out).
+PRICE_PER_MILLION = (0.15, 0.60)
+
+
+def _cost(tokens_in: int, tokens_out: int) -> float:
+    return (tokens_in * PRICE_PER_MILLION[0] + tokens_out * PRICE_PER_MILLION[1]) / 1_000_000
+
 
 RUN_COLUMNS = (
     "id, task_id, task_kind, status, created_at, started_at, finished_at, heartbeat_at, worker, cancel_requested, "
     "llm_backend, model_name, system_prompt, plan, tools_offered, tool_selection, final_output, error, score, "
-    "outcome, step_count, tokens_in, tokens_out, retry_of_id, counted_at"
+    "outcome, step_count, tokens_in, tokens_out, retry_of_id, counted_at, cost"
 )
 STEP_COLUMNS = (
     "id, run_id, index, turn, kind, thought, tool_name, tool_call_id, arguments, result, error, error_class, "
     "error_signature, success, cached, stale, served_by, started_at, finished_at, duration_ms, attempts, "
-    "tokens_in, tokens_out, validation_status"
+    "tokens_in, tokens_out, validation_status, cost"
 )
 
 
@@ -249,6 +256,7 @@ class Generator:
                 f"{step_id}\t{run_id}\t{index}\t{turn}\t{kind_s}\t{thought}\t{tool}\t{'call-' + str(index) if tool else ''}"
                 f"\t{args}\t{result}\t{error}\t{error_class}\t{signature}\t{success}\tf\tf\t\t{_ts(started)}\t{_ts(t)}"
                 f"\t{duration}\t{attempts}\t{tin}\t{tout}\t{'pass' if success == 't' and tool else ''}"
+                f"\t{_cost(tin, tout)!r}"
             )
         score, outcome = N, "not_accomplished" if status in ("failed", "cancelled") else "unknown"
         if ended and status != "cancelled" and rng.random() < 0.9:
@@ -269,7 +277,7 @@ class Generator:
         buf.runs.append(
             f"{run_id}\t{task_id}\t{kind}\t{status}\t{_ts(created)}\t{_ts(created + 1)}\t{finished}\t{_ts(t)}\t\tf"
             f"\tbench\tzero-latency\tYou are a careful agent.\t[]\t[]\tall\t{output}\t{failure}\t{score}\t{outcome}"
-            f"\t{n_steps}\t{tokens_in}\t{tokens_out}\t{retry_of}\t{finished}"
+            f"\t{n_steps}\t{tokens_in}\t{tokens_out}\t{retry_of}\t{finished}\t{_cost(tokens_in, tokens_out)!r}"
         )
         if rng.random() < 0.01:
             buf.confirmations.append(

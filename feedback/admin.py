@@ -88,6 +88,14 @@ class StrategyEventAdmin(admin.ModelAdmin):
         return False
 
 
+@admin.register(models.ModelPrice)
+class ModelPriceAdmin(admin.ModelAdmin):
+    # Steps are priced when written: a change here prices the calls made from now on.
+    list_display = ["model_name", "input_per_million", "output_per_million", "note", "updated_at"]
+    list_editable = ["input_per_million", "output_per_million"]
+    search_fields = ["model_name"]
+
+
 @admin.register(models.ToolSetting)
 class ToolSettingAdmin(admin.ModelAdmin):
     list_display = ["name", "enabled", "timeout_seconds"]

@@ -36,6 +36,7 @@ from feedback.models import (
     Run,
     Step,
     StrategyEvent,
+    Task,
     ToolConfirmation,
 )
 
@@ -130,8 +131,8 @@ _ENDED = Q(status__in=ENDED)
 def run_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> QuerySet:
     """Per period (and ``by`` columns): ``runs`` created; of those ``ended``, ``succeeded``
     (ended with a final answer), ``accomplished`` (ended, outcome accomplished), ``judged``
-    (ended, outcome known), ``scored`` and ``score_sum`` over the ended ones; and the human
-    interventions."""
+    (ended, outcome known), ``scored`` and ``score_sum``, ``costed`` and ``cost_sum`` over the
+    ended ones; and the human interventions."""
     return (
         runs_with_intervention_flags(window)
         .annotate(period=window.trunc("created_at"))
@@ -149,6 +150,8 @@ def run_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> QuerySet
             human_scored=Count("id", filter=Q(has_human_score=True)),
             retried=Count("id", filter=Q(has_retry=True)),
             cancelled=Count("id", filter=Q(status=Run.Status.CANCELLED)),
+            costed=Count("id", filter=_ENDED & Q(cost__isnull=False)),
+            cost_sum=Sum("cost", filter=_ENDED),
         )
         .order_by()
     )
@@ -337,6 +340,59 @@ def intervention_trend(window: Window, counts: list[dict] | None = None) -> list
 
 def intervention_summary(window: Window, counts: list[dict] | None = None) -> dict:
     return _intervention_figures(_total(counts or period_counts(window)))
+
+
+# --- cost ----------------------------------------------------------------------------------------
+def _cost_figures(c: dict) -> dict:
+    return {
+        "ended": c["ended"],
+        "costed": c["costed"],
+        "unpriced": c["ended"] - c["costed"],
+        "cost": c["cost_sum"] if c["costed"] else None,
+        "cost_per_run": rate(c["cost_sum"], c["costed"]),
+    }
+
+
+def cost_trend(window: Window, counts: list[dict] | None = None) -> list[dict]:
+    """**Cost** per period, in US dollars: the sum of the ended runs' costs (each run's model
+    calls at its model's price when they were made: feedback/costs.py), and the cost per run
+    over the runs that have one. A run whose model has no price is *unpriced*: counted apart,
+    never as a cost of 0."""
+    return [{"period": c["period"], **_cost_figures(c)} for c in counts or period_counts(window)]
+
+
+def cost_summary(window: Window, counts: list[dict] | None = None) -> dict:
+    return _cost_figures(_total(counts or period_counts(window)))
+
+
+_COST_COUNTS = ("ended", "costed", "cost_sum")
+
+
+def cost_by_kind(window: Window) -> list[dict]:
+    """The cost figures over the window for each task kind that had ended runs (the window's own
+    kind only, if it has one), most expensive first: the rollups grouped by kind, and the live
+    parts likewise."""
+    found: dict[str, dict] = {}
+
+    def add(rows) -> None:
+        for row in rows:
+            totals = found.setdefault(row["task_kind"], dict.fromkeys(_COST_COUNTS, 0))
+            for name in _COST_COUNTS:
+                totals[name] += row[name] or 0
+
+    live, first, last = split_window(window)
+    if first is not None:
+        rollups = whole_days(DailyRunStats, window, first, last).values("task_kind")
+        add(rollups.annotate(**{name: Sum(name) for name in _COST_COUNTS}).order_by())
+    for part in live:
+        add(run_counts(part, by=("task_kind",)))
+    labels = dict(Task.Kind.choices)
+    rows = [
+        {"kind": kind, "label": labels.get(kind, kind), **_cost_figures(totals)}
+        for kind, totals in found.items()
+        if totals["ended"]
+    ]
+    return sorted(rows, key=lambda row: (-(row["cost"] or 0), row["kind"]))
 
 
 # --- strategies ----------------------------------------------------------------------------------

@@ -276,7 +276,6 @@ def run_evaluations(run: Run) -> QuerySet[Evaluation]:
 def strategy_prompt_diff(strategy: Strategy) -> dict:
     """The exact system prompt of a sample matching task, without and with the strategy."""
 
-
     version = strategy.current_version
     sample = strategy.evidence.select_related("task").order_by("-pk").first()
     if version is None or sample is None:

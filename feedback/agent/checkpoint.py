@@ -50,7 +50,6 @@ def resend_lost_evaluations() -> list[int]:
     ``evaluate_run`` writes the first round only once; a cache key still limits re-sends to
     one per run per ten stale periods, so a long judge queue is not flooded."""
 
-
     now = timezone.now()
     cutoff = now - timedelta(seconds=settings.RUN_STALE_AFTER_SECONDS)
     automatic = Evaluation.objects.filter(run=OuterRef("pk")).exclude(kind=Evaluation.Kind.HUMAN)

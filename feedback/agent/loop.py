@@ -188,11 +188,14 @@ class AgentLoop:
                     return self._finish(Run.Status.FAILED, error=reflection.give_up)
 
     def _act(self, turn: int, reply: LLMReply, llm_attempts: list) -> list[Step]:
-        if reply.content.strip() or llm_attempts:
+        # The model call's tokens (and so its cost) go on the turn's first step: its thought, or
+        # else its first tool call.
+        tokens = {"tokens_in": reply.tokens_in, "tokens_out": reply.tokens_out}
+        if reply.content.strip() or llm_attempts or all(self._needs_confirmation(c) for c in reply.tool_calls):
             self.record.step(
-                tries=_with_success(llm_attempts), turn=turn, kind=Step.Kind.THOUGHT, thought=reply.content,
-                tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
+                tries=_with_success(llm_attempts), turn=turn, kind=Step.Kind.THOUGHT, thought=reply.content, **tokens,
             )  # fmt: skip
+            tokens = {}
         waiting = [c for c in reply.tool_calls if self._needs_confirmation(c)]
         engine = [c for c in reply.tool_calls if c not in waiting and self._is_engine(c)]
         pooled = [c for c in reply.tool_calls if c not in waiting and c not in engine]
@@ -219,10 +222,11 @@ class AgentLoop:
             if call in waiting:
                 continue
             if call in engine:
-                steps.append(self._engine_call(turn, call))
+                steps.append(self._engine_call(turn, call, tokens))
             else:
                 note = " ".join(decisions[call.id].notes)
-                steps.append(self.record.tool_call(turn, call, outcomes[call.id], note=note))
+                steps.append(self.record.tool_call(turn, call, outcomes[call.id], note=note, **tokens))
+            tokens = {}
         if waiting:
             self._ask_for_confirmation(turn, waiting)
         return [s for s in steps if s.success is False]
@@ -239,14 +243,14 @@ class AgentLoop:
         tool = self.tools.get(call.name)
         return tool is not None and tool.engine
 
-    def _engine_call(self, turn: int, call: ToolCall) -> Step:
+    def _engine_call(self, turn: int, call: ToolCall, tokens: dict[str, int]) -> Step:
         outcome = invoke(call.name, call.arguments, self.context, self.tools)
         if outcome.ok and call.name == "update_plan":
             self.record.update_run(plan=outcome.result["steps"])
         child = None
         if outcome.ok and call.name == "delegate":
             child, outcome = self._delegate(call, outcome)
-        step = self.record.tool_call(turn, call, outcome)
+        step = self.record.tool_call(turn, call, outcome, **tokens)
         if child is not None:
             retrying(lambda: Run.objects.filter(pk=child.pk).update(parent_step=step), what="linking a sub-agent run")
         return step

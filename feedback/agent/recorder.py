@@ -17,9 +17,10 @@ from dataclasses import replace
 from typing import Any
 
 from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import Max, Sum
+from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
+from feedback import costs
 from feedback.logging import current_step
 from feedback.models import Run, Step, StepAttempt
 from feedback.privacy import mask_text
@@ -101,6 +102,15 @@ def retrying[T](operation: Callable[[], T], *, what: str, recover: Callable[[], 
     raise AssertionError("unreachable")
 
 
+class _Unread:
+    """The run's price has not been read yet."""
+
+
+def _added(total: float | None, cost: float | None) -> float | None:
+    # One unpriced step makes the run unpriced: a partial sum would read as the run's cost.
+    return None if total is None or cost is None else total + cost
+
+
 class Recorder:
     def __init__(self, run: Run, lease: str) -> None:
         self.run = run
@@ -112,10 +122,14 @@ class Recorder:
         # written with each step); None until counted from the steps or set for a fresh run.
         self.step_count: int | None = None
         self.tokens_in = self.tokens_out = 0
+        # The run's cost so far, in US dollars (None: its model has no price), and that price,
+        # read once the run's model is known (its first step comes after _prepare records it).
+        self.cost: float | None = 0.0
+        self._price: costs.Price | type[_Unread] | None = _Unread
 
     def start_fresh(self) -> None:
         """The run was just claimed and has no steps yet."""
-        self.step_count, self.tokens_in, self.tokens_out = 0, 0, 0
+        self.step_count, self.tokens_in, self.tokens_out, self.cost = 0, 0, 0, 0.0
 
     def progress(self) -> tuple[int, bool]:
         """The run's step count, and whether a person asked to cancel it (read at every turn)."""
@@ -127,10 +141,15 @@ class Recorder:
             return self.step_count, runs.values_list("cancel_requested", flat=True).get()
         # A resumed run counts from its steps, the one record a dead worker cannot have left behind.
         seen = runs.values("cancel_requested").annotate(
-            last=Max("steps__index"), read_in=Sum("steps__tokens_in"), read_out=Sum("steps__tokens_out")
+            last=Max("steps__index"),
+            read_in=Sum("steps__tokens_in"),
+            read_out=Sum("steps__tokens_out"),
+            cost=Sum("steps__cost"),
+            unpriced=Count("steps", filter=Q(steps__cost__isnull=True)),
         )[0]
         self.step_count = 0 if seen["last"] is None else seen["last"] + 1
         self.tokens_in, self.tokens_out = seen["read_in"] or 0, seen["read_out"] or 0
+        self.cost = None if seen["unpriced"] else seen["cost"] or 0.0
         return self.step_count, seen["cancel_requested"]
 
     def _hold(self, **fields: Any) -> None:
@@ -150,6 +169,8 @@ class Recorder:
         # Personal data and secrets never reach the database (the tool already had the real values).
         fields.update({k: storable(fields[k]) for k in _MASKED_STEP_FIELDS if k in fields})
         step = Step(run=self.run, index=self.step_count, **fields)
+        price = self._run_price()
+        step.cost = None if price is None else price.of(step.tokens_in, step.tokens_out)
         attempts = [StepAttempt(**_attempt_fields(a)) for a in _kept_attempts(tries)]
         step = retrying(
             lambda: self._write_step(step, attempts),
@@ -159,6 +180,7 @@ class Recorder:
         self.step_count = step.index + 1
         self.tokens_in += step.tokens_in
         self.tokens_out += step.tokens_out
+        self.cost = _added(self.cost, step.cost)
         current_step.set(step.index)
         if self.steps is not None:
             self.steps.append(step)
@@ -171,6 +193,7 @@ class Recorder:
                 step_count=step.index + 1,
                 tokens_in=self.tokens_in + step.tokens_in,
                 tokens_out=self.tokens_out + step.tokens_out,
+                cost=_added(self.cost, step.cost),
             )
             # Inserted afresh on a retry: the rolled-back attempt's ids were never committed.
             step.pk, step._state.adding = None, True
@@ -180,9 +203,10 @@ class Recorder:
             StepAttempt.objects.bulk_create(attempts)
         return step
 
-    def tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str = "") -> Step:
+    def tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str = "", **tokens: int) -> Step:
+        """The call's step; ``tokens``: the model call's, when this is the first step of its turn."""
         try:
-            return self._tool_call(turn, call, outcome, note)
+            return self._tool_call(turn, call, outcome, note, tokens)
         except (ValueError, TypeError, RecursionError) as exc:
             # Arguments or a result no JSON column can hold (nested a thousand deep, say) fail the
             # call, not the run: the model reads why; the step keeps the call as the model wrote it.
@@ -192,11 +216,12 @@ class Recorder:
                 error=f"The call could not be recorded ({type(exc).__name__}: {str(exc)[:200]}).",
                 error_class="UnrecordableCall",
             )  # fmt: skip
-            return self._tool_call(turn, call, unrecordable, note)
+            return self._tool_call(turn, call, unrecordable, note, tokens)
 
-    def _tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str) -> Step:
+    def _tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str, tokens: dict[str, int]) -> Step:
         finished = outcome.finished_at or timezone.now()
         return self.step(
+            **tokens,
             tries=outcome.attempts,
             turn=turn,
             kind=Step.Kind.TOOL_CALL,
@@ -218,6 +243,14 @@ class Recorder:
             finished_at=finished,
             duration_ms=max(0, int((finished - outcome.started_at).total_seconds() * 1000)),
         )
+
+    def _run_price(self) -> "costs.Price | None":
+        if self._price is _Unread:
+            self._price = retrying(
+                lambda: costs.price_for(backend=self.run.llm_backend, model_name=self.run.model_name),
+                what="reading the model's price",
+            )
+        return self._price
 
     def update_run(self, **fields: Any) -> None:
         """Change the run's row under the lease."""

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from django.db import transaction
 from django.db.models import Max
 
+from feedback import costs
 from feedback.models import Evaluation, Run
 from feedback.rollups import rollup_add, rollup_change
 
@@ -134,9 +135,19 @@ def _judge(run: Run) -> list[dict]:
                 "feedback": verdict.feedback,
                 "details": verdict.details,
                 "accomplished": verdict.accomplished,
+                "cost": _judge_cost(verdict.details),
             }
         )
     return results
+
+
+def _judge_cost(details: dict) -> float | None:
+    """What an LLM judge's call cost, from the model and tokens it reports (None: no model call,
+    or a model without a price)."""
+    if not details.get("model") or "tokens_in" not in details:
+        return None
+    price = costs.price_for(backend="openai", model_name=details["model"])
+    return None if price is None else price.of(details.get("tokens_in", 0), details.get("tokens_out", 0))
 
 
 def evaluate_run(run_id: int, *, expected_round: int | None = None) -> list[Evaluation]:

@@ -1,4 +1,5 @@
 from .account import LoginFailures
+from .cost import ModelPrice
 from .evaluation import Evaluation, EvaluationProfile
 from .lock import JobLock
 from .run import AppliedStrategy, Run
@@ -17,6 +18,7 @@ __all__ = [
     "EvaluationProfile",
     "JobLock",
     "LoginFailures",
+    "ModelPrice",
     "Run",
     "Step",
     "StepAttempt",

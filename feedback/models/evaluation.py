@@ -35,6 +35,8 @@ class Evaluation(models.Model):
     details = models.JSONField(default=dict, blank=True)
     author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     corrected_answer = models.TextField(blank=True)
+    # An LLM judge's tokens at its model's price, in US dollars (feedback/costs.py); None otherwise.
+    cost = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -72,6 +72,8 @@ class Run(models.Model):
     step_count = models.PositiveIntegerField(default=0)
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
+    # The sum of its steps' costs, in US dollars, kept with its counters; None: its model has no price.
+    cost = models.FloatField(null=True, blank=True)
     # When the run's figures went into the daily rollups (once it ended: feedback/rollups.py).
     counted_at = models.DateTimeField(null=True, blank=True)
 

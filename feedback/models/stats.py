@@ -32,11 +32,14 @@ class DailyRunStats(models.Model):
     human_scored = models.PositiveIntegerField(default=0)
     retried = models.PositiveIntegerField(default=0)
     cancelled = models.PositiveIntegerField(default=0)
+    # Of the ended runs: those with a cost (their model has a price), and the sum of their costs.
+    costed = models.PositiveIntegerField(default=0)
+    cost_sum = models.FloatField(default=0.0)
     refreshed_at = models.DateTimeField(auto_now=True)
 
     COUNTS = (
         "runs", "ended", "succeeded", "accomplished", "judged", "scored", "score_sum", "errors", "repeated_errors",
-        "runs_with_repeated", "intervened", "confirmed", "human_scored", "retried", "cancelled",
+        "runs_with_repeated", "intervened", "confirmed", "human_scored", "retried", "cancelled", "costed", "cost_sum",
     )  # fmt: skip
 
     class Meta:

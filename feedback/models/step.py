@@ -42,8 +42,13 @@ class Step(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     attempts = models.PositiveSmallIntegerField(default=1)
+    # The tokens of the model call that produced the step, on the first step of its turn (its
+    # thought, else its first tool call): a run's tokens are its steps'.
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
+    # US dollars, at the run's model's price when the step was written (feedback/costs.py);
+    # None: the model has no price.
+    cost = models.FloatField(null=True, blank=True)
     validation_status = models.CharField(max_length=8, choices=Validation.choices, blank=True)
     validation = models.JSONField(null=True, blank=True)
 

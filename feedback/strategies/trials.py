@@ -24,7 +24,7 @@ The θ it has not rejected form the always-valid (1 - α) interval
     d ± s · sqrt((1 + s²/τ²) · (2 ln(1/α) + ln(1 + τ²/s²))).
 
 Why this and not a bounded-outcome confidence sequence (empirical Bernstein, betting): scores are
-in [0, 1], but two of the counter-metrics (tokens per run, run duration) have no bound. One test
+in [0, 1], but three of the counter-metrics (tokens per run, run duration, cost per run) have no bound. One test
 for all four metrics is one thing to understand and to check. Its normal approximation needs some
 runs: nothing is decided before ``STRATEGY_TRIAL_MIN_SAMPLES`` runs per arm, and the simulation
 in the tests measures the result (2% to 3% of no-effect trials ever decide within 200 runs).
@@ -34,7 +34,7 @@ error rates, tokens and seconds: with MIXTURE = 0.4 the interval is tightest, re
 fixed-sample one, around 30-100 runs per arm, where score differences of 0.1-0.15 are found. Any
 fixed τ keeps the guarantee; it only moves where the test has most power.
 
-**Counter-metrics** (error rate, tokens per run, run duration) get the same test; one that is
+**Counter-metrics** (error rate, tokens per run, run duration, cost per run) get the same test; one that is
 significantly worse in the treatment - its interval entirely above a tolerance - blocks
 promotion. **Sample-ratio mismatch**: the split of assigned runs against the configured fraction,
 by the sequential beta-binomial mixture test (the two-arm case of the Dirichlet-multinomial test
@@ -63,9 +63,14 @@ ASSUMED_SCORE_SD = 0.25
 # How much worse a counter-metric may be in the treatment before it blocks promotion: error rate
 # in absolute terms (any significant rise), tokens and duration relative to the control's mean (a
 # strategy adds its guidance to the prompt, so a few more tokens are its expected price).
-GUARDS = {"error_rate": ("absolute", 0.0), "tokens": ("relative", 0.10), "duration": ("relative", 0.10)}
+GUARDS = {
+    "error_rate": ("absolute", 0.0),
+    "tokens": ("relative", 0.10),
+    "duration": ("relative", 0.10),
+    "cost": ("relative", 0.10),
+}
 GUARD_LABELS = {"error_rate": gettext_lazy("error rate"), "tokens": gettext_lazy("tokens per run"),
-                "duration": gettext_lazy("run duration (s)")}  # fmt: skip
+                "duration": gettext_lazy("run duration (s)"), "cost": gettext_lazy("cost per run (USD)")}  # fmt: skip
 # A refusal by a guardrail is a strategy at work, not a failure; a run it derails still fails.
 GUARDRAIL_REFUSAL = "GuardrailRefused"
 
@@ -342,14 +347,14 @@ def trial_stats(strategy: Strategy) -> TrialStats:
         .exclude(arm=AppliedStrategy.Arm.ACTIVE)
         .annotate(had_error=Exists(failed_call))
         .values_list("arm", "run__status", "run__score", "had_error", "run__tokens_in", "run__tokens_out",
-                     "run__started_at", "run__finished_at")
+                     "run__started_at", "run__finished_at", "run__cost")
     )  # fmt: skip
     arms = (AppliedStrategy.Arm.TREATMENT, AppliedStrategy.Arm.CONTROL)
     assigned = dict.fromkeys(arms, 0)
     scores = {arm: Sample() for arm in arms}
     guards = {name: {arm: Sample() for arm in arms} for name in GUARDS}
     finished = (Run.Status.SUCCEEDED, Run.Status.FAILED)
-    for arm, status, score, had_error, tokens_in, tokens_out, started, ended in rows.iterator():
+    for arm, status, score, had_error, tokens_in, tokens_out, started, ended, cost in rows.iterator():
         assigned[arm] += 1
         if score is not None:
             scores[arm].add(score)
@@ -359,6 +364,8 @@ def trial_stats(strategy: Strategy) -> TrialStats:
         guards["tokens"][arm].add(tokens_in + tokens_out)
         if started and ended:
             guards["duration"][arm].add((ended - started).total_seconds())
+        if cost is not None:  # an unpriced run has no cost to compare
+            guards["cost"][arm].add(cost)
     t, c = arms
     return compare(
         scores[t],

@@ -16,3 +16,14 @@ def number(value: float | None, digits: int = 2) -> str:
     if value is None:
         return "—"
     return f"{value:.{int(digits)}f}"
+
+
+@register.filter
+def usd(value: float | None) -> str:
+    """US dollars, with the cents of large sums and the significant digits of tiny ones (a model
+    call can cost a hundredth of a cent); no cost (an unpriced model) shows as a dash."""
+    if value is None:
+        return "—"
+    if value == 0 or abs(value) >= 0.01:
+        return f"${value:,.2f}"
+    return f"${value:.2g}" if abs(value) >= 1e-6 else f"${value:.1e}"

@@ -7,10 +7,14 @@ from feedback import metrics, pagecache, tool_metrics
 from feedback.forms import MetricsFilterForm
 
 
-def _chart_data(scores: list[dict], errors: list[dict], interventions: list[dict], tools: list[dict]) -> dict:
+def _chart_data(
+    scores: list[dict], errors: list[dict], interventions: list[dict], costs: list[dict], tools: list[dict]
+) -> dict:
     """The series metrics.js draws, read by it from a json_script element."""
     return {
         "labels": [row["period"].isoformat() for row in scores],
+        "cost": [row["cost"] for row in costs],
+        "cost_per_run": [row["cost_per_run"] for row in costs],
         "avg_score": [row["avg_score"] for row in scores],
         "success_rate": [row["success_rate"] for row in scores],
         "repeated_rate": [row["repeated_rate"] for row in errors],
@@ -29,6 +33,8 @@ def _chart_data(scores: list[dict], errors: list[dict], interventions: list[dict
             "repeated_rate": _("Repeated-error rate (%)"),
             "repeated_per_run": _("Repeated errors per run"),
             "intervention_rate": _("Human-intervention rate (%)"),
+            "cost": _("Cost (USD)"),
+            "cost_per_run": _("Cost per run (USD)"),
             "p50": _("p50 (ms, estimate)"),
             "p95": _("p95 (ms, estimate)"),
             "ms": _("ms"),
@@ -52,6 +58,7 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
     scores = metrics.score_trend(window, counts)
     errors = metrics.repeated_error_trend(window, counts)
     interventions = metrics.intervention_trend(window, counts)
+    costs = metrics.cost_trend(window, counts)
     # From the DailyToolStats rollups too (and the edges live): a year is ~days x tools rows.
     tools = tool_metrics.tool_stats(window)
     context = {
@@ -61,9 +68,11 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
         "error_summary": metrics.repeated_error_summary(window, counts),
         "intervention_summary": metrics.intervention_summary(window, counts),
         "strategy_summary": metrics.strategy_effectiveness(window),
+        "cost_summary": metrics.cost_summary(window, counts),
+        "cost_by_kind": metrics.cost_by_kind(window),
         # The table lists the periods that had runs, newest first; the charts show every period.
-        "rows": [row for row in zip(scores, errors, interventions, strict=True) if row[2]["runs"]][::-1],
+        "rows": [row for row in zip(scores, errors, interventions, costs, strict=True) if row[2]["runs"]][::-1],
         "tools": tools,
-        "chart_data": _chart_data(scores, errors, interventions, tools),
+        "chart_data": _chart_data(scores, errors, interventions, costs, tools),
     }
     return render(request, "feedback/metrics.html", context)

@@ -41,6 +41,10 @@
   line("chart-intervention", [
     { label: data.text.intervention_rate, values: percent(data.intervention_rate) },
   ], "%", 100);
+  line("chart-cost", [
+    { label: data.text.cost, values: data.cost },
+    { label: data.text.cost_per_run, values: data.cost_per_run, axis: "y2" },
+  ], "USD");
 
   const tools = document.getElementById("chart-tools");
   if (tools) {
