@@ -62,7 +62,6 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "feedback.pagecache.PageCacheMiddleware",
     # After the user, the language and the messages are known: the 405 page shows them.
     "feedback.middleware.MethodNotAllowedPageMiddleware",
 ]
@@ -111,16 +110,6 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Cache (shared by every process: the circuit breakers and tool result cache live here) -----
 CACHES = {"default": env.cache("CACHE_URL", default=f"filecache://{VAR_DIR / 'cache'}")}
-# Rendered trace steps (they never change once written), per process: no round trip per step.
-CACHES["fragments"] = {
-    "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-    "LOCATION": "trace-steps",
-    "OPTIONS": {"MAX_ENTRIES": 20_000},
-}
-# The run list, run pages (live ones too: their clock is filled into each answer) and the metrics
-# are served from the cache for this long (a run that has just ended, for 1 s while its evaluation
-# may arrive; feedback/pagecache.py); a person's own changes show at once. 0: off.
-PAGE_CACHE_SECONDS = env.int("PAGE_CACHE_SECONDS", default=5)
 
 # --- Auth ------------------------------------------------------------------------------------
 # First the login throttle (it refuses a locked login before any password is checked), then

@@ -9,7 +9,13 @@ urlpatterns = [
     path("schedules/", schedules.schedule_list, name="feedback-schedule-list"),
     path("schedules/<int:schedule_id>/toggle/", schedules.schedule_toggle, name="feedback-schedule-toggle"),
     path("runs/", runs.run_list, name="feedback-run-list"),
+    path("runs/poll/", runs.run_list_poll, name="feedback-run-list-poll"),
     path("runs/<int:run_id>/", runs.run_detail, name="feedback-run-detail"),
+    # The run page's parts, one per URL: what its poller and its loaders ask for.
+    path("runs/<int:run_id>/summary/", runs.run_summary, name="feedback-run-summary"),
+    path("runs/<int:run_id>/steps/", runs.run_steps, name="feedback-run-steps"),
+    path("runs/<int:run_id>/evaluations/", evaluation.run_evaluations, name="feedback-run-evaluations"),
+    path("runs/<int:run_id>/child/", runs.run_child, name="feedback-run-child"),
     path("runs/<int:run_id>/trace.json", trace.run_trace_json, name="feedback-run-trace-json"),
     path("runs/<int:run_id>/cancel/", runs.run_cancel, name="feedback-run-cancel"),
     path("runs/<int:run_id>/rerun/", runs.run_rerun, name="feedback-run-rerun"),

@@ -26,10 +26,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.fixture(autouse=True)
 def _fresh_cache():
     # Breakers and tool results live in the shared cache: no test may see another's.
-    from django.core.cache import cache, caches
+    from django.core.cache import cache
 
     cache.clear()
-    caches["fragments"].clear()
 
 
 @pytest.fixture(autouse=True)
@@ -37,9 +36,6 @@ def _isolated_folders(settings, tmp_path):
     settings.WORKSPACES_ROOT = tmp_path / "workspaces"
     settings.RUN_SANDBOXES_ROOT = tmp_path / "runs"
     settings.LLM_BACKEND = "offline"
-    # Tests change rows behind the pages' backs and look at once; tests/test_page_cache.py
-    # turns the page cache on.
-    settings.PAGE_CACHE_SECONDS = 0
     # Password hashing is deliberately slow; tests create many users and need no security.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 

@@ -44,7 +44,7 @@ def test_every_page_carries_the_strict_policy(client, reviewer):
         response = client.get(page)
         assert response.status_code == 200 and _policy(response) == EXPECTED, page
     # htmx's fragments and the answers of refused requests carry it too.
-    fragment = client.get(reverse("feedback-run-detail", args=[run.pk]), {"after": -1}, headers={"HX-Request": "true"})
+    fragment = client.get(reverse("feedback-run-steps", args=[run.pk]), {"after": -1}, headers={"HX-Request": "true"})
     assert _policy(fragment) == EXPECTED
     assert "unsafe" not in fragment["Content-Security-Policy"]
 

@@ -97,7 +97,14 @@ def _view_cases():
         ("post", "feedback-run-score", "reviewer", list(feedback_forms.HumanScoreForm.base_fields)),
         ("get", "feedback-run-list", "operator", [*feedback_forms.RunFilterForm.base_fields, "after"]),
         ("get", "feedback-metrics", "operator", list(feedback_forms.MetricsFilterForm.base_fields)),
-        ("get", "feedback-run-detail", "operator", ["part", "after", "seen", "nested"]),
+        (
+            "get",
+            "feedback-run-list-poll",
+            "operator",
+            [*feedback_forms.RunFilterForm.base_fields, "watch", "newer_than"],
+        ),
+        ("get", "feedback-run-steps", "operator", ["after", "seen"]),
+        ("get", "feedback-run-summary", "operator", ["seen"]),
         ("get", "feedback-run-trace-json", "operator", ["step"]),
         ("get", "feedback-task-submit", "staff", ["kind"]),
     ]
@@ -120,7 +127,8 @@ def test_views_answer_any_input_without_a_server_error(client, method, name, rol
             ).pk
         },
         "feedback-run-score": {"run_id": run.pk},
-        "feedback-run-detail": {"run_id": run.pk},
+        "feedback-run-steps": {"run_id": run.pk},
+        "feedback-run-summary": {"run_id": run.pk},
         "feedback-run-trace-json": {"run_id": run.pk},
     }.get(name)
     url = reverse(name, kwargs=kwargs)

@@ -24,6 +24,12 @@ ACCESS = [
     ("feedback-task-submit", "get", None, [LOGIN, 403, 200, 403, 403]),
     ("feedback-run-list", "get", None, [LOGIN, 403, 200, 200, 200]),
     ("feedback-run-detail", "get", "run", [LOGIN, 403, 403, 200, 200]),
+    # The run page's parts, each at its own URL, and the run list's poll.
+    ("feedback-run-summary", "get", "run", [LOGIN, 403, 403, 200, 200]),
+    ("feedback-run-steps", "get", "run", [LOGIN, 403, 403, 200, 200]),
+    ("feedback-run-evaluations", "get", "run", [LOGIN, 403, 403, 200, 200]),
+    ("feedback-run-child", "get", "run", [LOGIN, 403, 403, 200, 200]),
+    ("feedback-run-list-poll", "get", None, [LOGIN, 403, 200, 200, 200]),
     ("feedback-run-trace-json", "get", "run", [LOGIN, 403, 403, 200, 200]),
     ("feedback-run-cancel", "post", "run", [LOGIN, 403, 403, 403, 302]),
     ("feedback-run-rerun", "post", "run", [LOGIN, 403, 403, 403, 403]),

@@ -124,9 +124,9 @@ def _poll_url(html: str) -> str:
     import re
     from html import unescape
 
-    found = re.search(r'id="new-runs"[^>]*hx-get="([^"]+)"', html)
+    found = re.search(r'id="run-list-poll"[^>]*hx-get="([^"]+)"', html)
     assert found, "the first page polls for new runs"
-    return URL + unescape(found.group(1))
+    return unescape(found.group(1))
 
 
 def test_the_first_page_says_how_many_runs_arrived_since_it_was_shown(client, operator, runs):
@@ -135,7 +135,7 @@ def test_the_first_page_says_how_many_runs_arrived_since_it_was_shown(client, op
     poll = _poll_url(html)
     assert "kind=email_triage" in poll
     answer = client.get(poll, headers={"HX-Request": "true"}).content.decode()
-    assert 'id="new-runs"' in answer and "new run" not in answer
+    assert 'id="run-list-poll"' in answer and "new run" not in answer
     # One run of the filtered kind arrives, and one of another kind (not counted).
     make_run(text="Triage the new mail", kind=Task.Kind.EMAIL_TRIAGE)
     make_run(text="Another kind", kind=Task.Kind.GENERAL)
@@ -158,13 +158,17 @@ def test_new_runs_beyond_the_limit_say_more_than(client, operator, runs, monkeyp
     assert "More than 2 new runs: show them" in client.get(poll, headers={"HX-Request": "true"}).content.decode()
 
 
-def test_only_the_first_page_of_the_newest_first_polls(client, operator, runs):
+def test_only_the_first_page_of_the_newest_first_polls_when_no_row_is_active(client, operator, runs):
     client.force_login(operator)
-    assert 'id="new-runs"' not in client.get(URL, {"sort": "score"}).content.decode()
+    assert 'id="run-list-poll"' not in client.get(URL, {"sort": "score"}).content.decode()
     first = client.get(URL, {"sort": "newest"}).content.decode()
-    assert 'id="new-runs"' in first
+    assert 'id="run-list-poll"' in first and "newer_than=" in first
     cursor = f"{runs['c'].created_at.isoformat()}_{runs['c'].pk}"
-    assert 'id="new-runs"' not in client.get(URL, {"after": cursor}).content.decode()
+    assert 'id="run-list-poll"' not in client.get(URL, {"after": cursor}).content.decode()
+    # A page with an active row polls for it, without asking for new runs beyond the first page.
+    Run.objects.filter(pk=runs["a"].pk).update(status=Run.Status.RUNNING)
+    page = client.get(URL, {"sort": "score"}).content.decode()
+    assert f"watch={runs['a'].pk}.running.0" in page and "newer_than" not in page
 
 
 def test_an_empty_list_still_says_when_the_first_run_arrives(client, operator):
@@ -176,7 +180,8 @@ def test_an_empty_list_still_says_when_the_first_run_arrives(client, operator):
 
 def test_a_mangled_poll_counts_nothing(client, operator, runs):
     client.force_login(operator)
-    answer = client.get(URL, {"newer_than": "not-a-cursor"}, headers={"HX-Request": "true"})
+    answer = client.get(reverse("feedback-run-list-poll"), {"newer_than": "not-a-cursor", "watch": "x.y,1.2.z"},
+                        headers={"HX-Request": "true"})  # fmt: skip
     assert answer.status_code == 200 and "new run" not in answer.content.decode()
 
 

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 from django.urls import reverse
 from django.utils import timezone
@@ -33,11 +35,12 @@ def test_an_active_run_appends_new_steps_and_stops_polling_when_it_ends(client, 
     run = make_run(status=Run.Status.RUNNING, started_at=timezone.now())
     Step.objects.create(run=run, index=0, kind=Step.Kind.THOUGHT, thought="Thinking about <b>it</b>")
     client.force_login(operator)
-    url = reverse("feedback-run-detail", args=[run.pk])
-    page = client.get(url).content.decode()
+    page = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
     assert "<html" in page and page.count('class="step ') == 1
-    # The trace's tail polls for the steps after the last one shown.
-    assert f'id="trace-tail-{run.pk}"' in page and '?after=0&amp;seen=running" hx-trigger="every 1s"' in page
+    # The trace's tail polls its own URL for the steps after the last one shown: the page's one poller.
+    url = reverse("feedback-run-steps", args=[run.pk])
+    assert f'id="trace-tail-{run.pk}" hx-get="{url}?after=0&amp;seen=running" hx-trigger="every 1s"' in page
+    assert page.count('hx-trigger="every') == 1
     htmx = {"HX-Request": "true"}
     assert client.get(url, {"after": 0}, headers=htmx).content.decode().count('class="step ') == 0
 
@@ -52,18 +55,29 @@ def test_an_active_run_appends_new_steps_and_stops_polling_when_it_ends(client, 
     assert "run-announce" not in fragment  # no change of status: nothing to announce
 
     Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED, finished_at=timezone.now(), final_output="4")
-    fragment = client.get(url, {"after": 1}, headers=htmx).content.decode()
-    assert "every 1s" not in fragment and "trace-tail" not in fragment  # ended: polling stops
-    assert "Answered" in fragment and 'id="final-output"' in fragment
     fragment = client.get(url, {"after": 1, "seen": "running"}, headers=htmx).content.decode()
+    assert "every 1s" not in fragment and "trace-tail" not in fragment  # ended: the tail stops polling
+    assert "Answered" in fragment and 'id="final-output"' in fragment
     assert f'<span id="run-announce-{run.pk}" hx-swap-oob="innerHTML">Run #{run.pk}: Answered</span>' in fragment
+    # ...and hands over to the evaluation section, which polls while the evaluation is awaited.
+    evaluations = reverse("feedback-run-evaluations", args=[run.pk])
+    assert f'id="run-evaluations" hx-swap-oob="outerHTML" hx-get="{evaluations}" hx-trigger="every 2s"' in fragment
 
 
-def test_the_summary_alone_is_the_htmx_answer_without_after(client, operator):
+def test_each_part_of_the_run_page_is_at_its_own_url(client, operator):
     run = make_run(status=Run.Status.QUEUED)
     client.force_login(operator)
-    fragment = client.get(reverse("feedback-run-detail", args=[run.pk]), headers={"HX-Request": "true"})
-    assert fragment.content.decode().lstrip().startswith(f'<section class="card run-summary" id="run-summary-{run.pk}"')
+    htmx = {"HX-Request": "true"}
+
+    def part(name: str) -> str:
+        return client.get(reverse(name, args=[run.pk]), headers=htmx).content.decode().lstrip()
+
+    assert part("feedback-run-summary").startswith(f'<section class="card run-summary" id="run-summary-{run.pk}"')
+    assert part("feedback-run-steps").startswith(f'<li class="trace-tail live" id="trace-tail-{run.pk}"')
+    assert part("feedback-run-evaluations").startswith('<section class="card" id="run-evaluations"')
+    assert part("feedback-run-child").startswith(f'<div class="child-run" id="child-run-{run.pk}"')
+    # The page's own URL is the page, whoever asks.
+    assert "<html" in part("feedback-run-detail")
 
 
 def test_tool_results_with_html_are_escaped(client, operator):
@@ -87,19 +101,30 @@ def test_run_list_filters_and_polls_only_while_something_is_active(client, opera
     done = make_run(status=Run.Status.SUCCEEDED, text="finished task")
     client.force_login(operator)
     url = reverse("feedback-run-list")
-    html = client.get(url).content.decode()
-    assert f'id="run-{done.pk}"' in html and "every 2s" not in html
+    html = client.get(url, {"sort": "oldest"}).content.decode()
+    assert f'id="run-{done.pk}"' in html and "hx-trigger" not in html  # nothing to watch
     active = make_run(status=Run.Status.QUEUED, text="waiting task")
-    html = client.get(url).content.decode()
-    assert "every 2s" in html
+    html = client.get(url, {"sort": "oldest"}).content.decode()
+    # One poller for the whole table, watching the active row (its status and step count as shown).
+    assert html.count("hx-trigger") == 1 and 'hx-trigger="every 2s"' in html
+    assert f"watch={active.pk}.queued.0" in html and f"watch={done.pk}" not in html
     filtered = client.get(url, {"status": "queued"}).content.decode()
     assert f'id="run-{active.pk}"' in filtered and f'id="run-{done.pk}"' not in filtered
     fragment = client.get(url, {"status": "nonsense"}, headers={"HX-Request": "true"}).content.decode()
     assert fragment.lstrip().startswith('<div id="run-table"')
     assert f'id="run-{done.pk}"' in fragment
-    # Only the active row polls, and its answer is the row alone.
-    row = client.get(reverse("feedback-run-detail", args=[active.pk]), {"part": "row"}, headers={"HX-Request": "true"})
-    assert row.content.decode().lstrip().startswith(f'<tr id="run-{active.pk}" hx-get=')
+    # The poll's answer: itself, and the watched rows that changed, out of band.
+    poll = reverse("feedback-run-list-poll")
+    htmx = {"HX-Request": "true"}
+    answer = client.get(poll, {"sort": "oldest", "watch": f"{active.pk}.queued.0"}, headers=htmx).content.decode()
+    assert answer.lstrip().startswith('<p class="new-runs" id="run-list-poll"') and "<tr" not in answer
+    Run.objects.filter(pk=active.pk).update(status=Run.Status.RUNNING, step_count=2)
+    answer = client.get(poll, {"sort": "oldest", "watch": f"{active.pk}.queued.0"}, headers=htmx).content.decode()
+    assert re.search(rf'<template>\s*<tr id="run-{active.pk}" hx-swap-oob="true">', answer) and "Running" in answer
+    assert f"watch={active.pk}.running.2" in answer  # it watches the row as it now shows
+    Run.objects.filter(pk=active.pk).update(status=Run.Status.SUCCEEDED)
+    answer = client.get(poll, {"sort": "oldest", "watch": f"{active.pk}.running.2"}, headers=htmx).content.decode()
+    assert "Answered" in answer and "hx-get" not in answer  # nothing left to watch: the poll stops
 
 
 def test_empty_states(client, reviewer):
@@ -131,8 +156,8 @@ def test_html_in_the_task_and_in_live_fragments_is_text(client, operator):
     url = reverse("feedback-run-detail", args=[run.pk])
     pages = [
         client.get(url).content.decode(),
-        client.get(url, {"after": -1}, headers=htmx).content.decode(),
-        client.get(reverse("feedback-run-detail", args=[child.pk]), {"part": "child"}, headers=htmx).content.decode(),
+        client.get(reverse("feedback-run-steps", args=[run.pk]), {"after": -1}, headers=htmx).content.decode(),
+        client.get(reverse("feedback-run-child", args=[child.pk]), headers=htmx).content.decode(),
     ]
     for html in pages:
         assert "<script>alert" not in html and "<img src=x" not in html and "<iframe" not in html
@@ -143,3 +168,15 @@ def test_html_in_the_task_and_in_live_fragments_is_text(client, operator):
     # The JSON download is JSON, never HTML a browser would render.
     response = client.get(reverse("feedback-run-trace-json", args=[run.pk]))
     assert response["Content-Type"] == "application/json"
+
+
+def test_a_confirmation_card_in_a_live_part_leads_back_to_the_run_s_page(client, reviewer):
+    from feedback.models import ToolConfirmation
+
+    run = make_run(status=Run.Status.AWAITING_CONFIRMATION, started_at=timezone.now())
+    ToolConfirmation.objects.create(run=run, turn=1, tool_call_id="c1", tool_name="send_reply", arguments={})
+    client.force_login(reviewer)
+    steps = reverse("feedback-run-steps", args=[run.pk])
+    html = client.get(steps, {"after": -1, "seen": "awaiting_confirmation"}, headers={"HX-Request": "true"})
+    # Decided there, the reviewer comes back to the page, not to the part's URL.
+    assert f'<input type="hidden" name="next" value="/runs/{run.pk}/">' in html.content.decode()

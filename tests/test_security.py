@@ -119,6 +119,10 @@ def test_the_login_form_needs_its_token_too(db):
 
 
 # --- object-level access ---------------------------------------------------------------------
+# The run page's parts, each at its own URL.
+PARTS = ("feedback-run-summary", "feedback-run-steps", "feedback-run-evaluations", "feedback-run-child")
+
+
 @pytest.fixture
 def two_runs(db):
     mine_owner, other_owner = make_user("alice", roles.STAFF), make_user("bob", roles.STAFF)
@@ -134,7 +138,12 @@ def test_staff_reach_their_own_run_in_every_form(client, two_runs):
     assert client.get(reverse("feedback-run-detail", args=[mine.pk])).status_code == 200
     assert client.get(reverse("feedback-run-trace-json", args=[mine.pk])).status_code == 200
     assert client.get(reverse("feedback-run-trace-json", args=[mine.pk]), {"step": 0}).status_code == 200
-    assert client.get(reverse("feedback-run-detail", args=[mine.pk]), {"part": "row"}, HTTP_HX_REQUEST="true")
+    answers = {part: client.get(reverse(part, args=[mine.pk]), HTTP_HX_REQUEST="true") for part in PARTS}
+    assert all(answer.status_code == 200 for answer in answers.values())
+    for part in ("feedback-run-steps", "feedback-run-child"):  # the parts that show its trace
+        assert f"secret of run {mine.pk}" in answers[part].content.decode()
+    poll = client.get(reverse("feedback-run-list-poll"), {"watch": f"{mine.pk}.running.0"}, HTTP_HX_REQUEST="true")
+    assert f'id="run-{mine.pk}"' in poll.content.decode()  # its row, as it now is
     assert client.post(reverse("feedback-run-rerun", args=[mine.pk])).status_code == 302
     assert client.post(reverse("feedback-run-cancel", args=[mine.pk])).status_code == 302
 
@@ -146,9 +155,8 @@ def test_staff_reach_no_other_person_s_run_in_any_form(client, two_runs):
     trace = reverse("feedback-run-trace-json", args=[others.pk])
     for response in (
         client.get(detail),
-        client.get(detail, {"part": "row"}, HTTP_HX_REQUEST="true"),
-        client.get(detail, {"part": "evaluations"}, HTTP_HX_REQUEST="true"),
-        client.get(detail, {"after": "-1"}, HTTP_HX_REQUEST="true"),
+        *(client.get(reverse(part, args=[others.pk]), HTTP_HX_REQUEST="true") for part in PARTS),
+        client.get(reverse("feedback-run-steps", args=[others.pk]), {"after": "-1"}, HTTP_HX_REQUEST="true"),
         client.get(trace),
         client.get(trace, {"step": 0}),
         client.post(reverse("feedback-run-cancel", args=[others.pk])),
@@ -158,6 +166,9 @@ def test_staff_reach_no_other_person_s_run_in_any_form(client, two_runs):
         assert f"secret of run {others.pk}" not in response.content.decode()
     listing = client.get(reverse("feedback-run-list"), {"q": "secret"}).content.decode()
     assert f'id="run-{others.pk}"' not in listing
+    # Nor by naming it to the list's poll.
+    poll = client.get(reverse("feedback-run-list-poll"), {"watch": f"{others.pk}.queued.0"}, HTTP_HX_REQUEST="true")
+    assert poll.status_code == 200 and f"run-{others.pk}" not in poll.content.decode()
     others.refresh_from_db()
     assert others.status == Run.Status.QUEUED and not others.cancel_requested
     assert not Run.objects.filter(retry_of=others).exists()

@@ -2,8 +2,10 @@
 sees what they are asked to confirm, a refusal says why, a schedule cannot flood the queue, and a
 run's working time is not the time it waited for them."""
 
+import json
 import re
 from datetime import timedelta
+from html import unescape
 
 import pytest
 from django.urls import reverse
@@ -117,9 +119,21 @@ def _times(html: str) -> tuple[str, str]:
     return working[1], waited[1]
 
 
-@pytest.mark.parametrize("cache_seconds", [0, 5])
-def test_a_runs_working_time_leaves_out_its_wait_for_a_reviewer(client, operator, settings, monkeypatch, cache_seconds):
-    settings.PAGE_CACHE_SECONDS = cache_seconds
+def _clock(html: str) -> tuple[int, list]:
+    """What a live run's page gives the browser's clock (static/js/live.js): its start and its
+    waits for people, in ms since the epoch; and that it shows both times apart, moved by it."""
+    found = re.search(r'data-clock-started="(\d+)" data-clock-waits="([^"]*)"', html)
+    assert found, "the page gives the browser no clock"
+    assert '<dt>Working time</dt><dd id="run-elapsed" data-clock="working">' in html
+    assert '<dt>Waited for people</dt><dd id="run-waited" data-clock="waited">' in html
+    return int(found[1]), json.loads(unescape(found[2]))
+
+
+def _ms(moment) -> int:
+    return round(moment.timestamp() * 1000)
+
+
+def test_a_runs_working_time_leaves_out_its_wait_for_a_reviewer(client, operator, monkeypatch):
     now = timezone.now()
     monkeypatch.setattr(timezone, "now", lambda: now)
     client.force_login(operator)
@@ -135,23 +149,27 @@ def test_a_runs_working_time_leaves_out_its_wait_for_a_reviewer(client, operator
         "600.0 s",
     )
 
-    # Waiting now: its working time stands still while the time waited goes on, poll after poll.
-    waiting = make_run(status=Run.Status.AWAITING_CONFIRMATION, started_at=now - timedelta(minutes=12))
-    # Two calls of one turn wait together: their waits count once.
+    # Waiting now: the browser's clock keeps its working time still while the time waited goes on
+    # (tests/browser/test_waterfall.py watches it do so): the page gives it the start and the
+    # waits, the pending ones open. Two calls of one turn wait together: their waits count once.
+    started = now - timedelta(minutes=12)
+    waiting = make_run(status=Run.Status.AWAITING_CONFIRMATION, started_at=started)
+    asked = now - timedelta(minutes=2)
     for call in ("c1", "c2"):
         ToolConfirmation.objects.create(run=waiting, turn=1, tool_call_id=call, tool_name="send_reply",
-                                        requested_at=now - timedelta(minutes=2))  # fmt: skip
+                                        requested_at=asked)  # fmt: skip
     url = reverse("feedback-run-detail", args=[waiting.pk])
-    assert _times(client.get(url).content.decode()) == ("600.0 s", "120.0 s")
-    later = now + timedelta(seconds=30)
-    monkeypatch.setattr(timezone, "now", lambda: later)
-    assert _times(client.get(url).content.decode()) == ("600.0 s", "150.0 s")
-    assert _times(client.get(url, headers={"HX-Request": "true"}).content.decode()) == ("600.0 s", "150.0 s")
+    assert _clock(client.get(url).content.decode()) == (_ms(started), [[_ms(asked), None], [_ms(asked), None]])
+    summary = client.get(reverse("feedback-run-summary", args=[waiting.pk]), headers={"HX-Request": "true"})
+    assert _clock(summary.content.decode()) == (_ms(started), [[_ms(asked), None], [_ms(asked), None]])
 
-    # Approved and running again: the clock moves again, the wait is closed.
+    # Approved and running again: the waits are closed, and the clock moves on from them.
+    later = now + timedelta(seconds=30)
     ToolConfirmation.objects.filter(run=waiting).update(status="approved", decided_at=later)
     Run.objects.filter(pk=waiting.pk).update(status=Run.Status.RUNNING)
-    monkeypatch.setattr(timezone, "now", lambda: later + timedelta(seconds=5))
+    assert _clock(client.get(url).content.decode()) == (_ms(started), [[_ms(asked), _ms(later)]] * 2)
+    # Once it has ended, the page says the times themselves: 2 min 30 s waited of 12 min 35 s.
+    Run.objects.filter(pk=waiting.pk).update(status=Run.Status.SUCCEEDED, finished_at=later + timedelta(seconds=5))
     assert _times(client.get(url).content.decode()) == ("605.0 s", "150.0 s")
 
 

@@ -13,7 +13,7 @@ from feedback import selectors, services
 from feedback.forms import HumanScoreForm
 from feedback.models import Run
 
-from .runs import _visible_run
+from .runs import _visible_run, answer
 
 QUEUE_PER_PAGE = 25
 # A run that ended this recently may still be waiting for its evaluation: keep the section polling.
@@ -28,13 +28,26 @@ def recently_ended(finished_at: datetime | None) -> bool:
 def evaluation_context(request: HttpRequest, run: Run, form: HumanScoreForm | None = None) -> dict:
     """What the run page's evaluation section needs (shared by the page and its partial)."""
     evaluations = list(selectors.run_evaluations(run))
+    pending = not evaluations and (run.is_active or recently_ended(run.finished_at))
     return {
         "run": run,
         "evaluations": evaluations,
-        "evaluation_pending": not evaluations and (run.is_active or recently_ended(run.finished_at)),
+        "evaluation_pending": pending,
+        # While the run is live its trace's tail is the page's poller, and brings this section
+        # once the run has ended; from then on it polls itself until the evaluation is there.
+        "evaluation_polls": pending and not run.is_active,
         "can_score": request.user.has_perm("feedback.score_run"),
         "score_form": form or HumanScoreForm(),
     }
+
+
+def run_evaluations(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The run page's evaluation section (it polls itself after the run while it awaits one)."""
+    return answer(request, run_id, _evaluations)
+
+
+def _evaluations(request: HttpRequest, run: Run, state: dict) -> HttpResponse:
+    return render(request, "feedback/run_detail.html#run-evaluations", evaluation_context(request, run))
 
 
 @permission_required("feedback.score_run", raise_exception=True)

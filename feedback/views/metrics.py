@@ -3,7 +3,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.translation import gettext as _
 
-from feedback import metrics, pagecache, tool_metrics
+from feedback import metrics, tool_metrics
 from feedback.forms import MetricsFilterForm
 
 
@@ -42,7 +42,6 @@ def _chart_data(
     }
 
 
-@pagecache.cached_page
 @permission_required("feedback.view_metrics", raise_exception=True)
 def metrics_page(request: HttpRequest) -> HttpResponse:
     # Unbound without a query string, so the selects show the defaults actually in use.

@@ -1,25 +1,33 @@
-import functools
-from datetime import UTC, datetime
+import json
+import re
+from collections.abc import Callable
+from datetime import datetime
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db import connection
-from django.db.models import OuterRef, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import floatformat
-from django.utils import timezone
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from feedback import pagecache, selectors, services, traces
+from feedback import selectors, services, traces
 from feedback.forms import RunFilterForm
-from feedback.models import Run, Step, ToolConfirmation
+from feedback.models import Run, ToolConfirmation
 
+from . import conditional
 from .confirmations import with_arguments_shown
 
 RUNS_PER_PAGE = 50
 ADVANCED_FILTERS = ("score_min", "score_max", "tool", "error", "strategy", "since", "until")
+TEMPLATE = "feedback/run_detail.html"
+# The run list's one poll: this often while a row of the page is active, else this often while the
+# first page (newest first) waits for new runs.
+ROWS_POLL = "2s"
+NEWER_POLL = "5s"
+# A row the list's poll watches: "id.status.steps" (ids within a bigint).
+WATCHED_ROW = re.compile(r"(\d{1,18})\.(\w{1,32})\.(\d{1,9})", re.ASCII)
 
 
 def evaluation_context(request: HttpRequest, run: Run) -> dict:
@@ -37,14 +45,13 @@ def recently_ended(finished_at: datetime | None) -> bool:
 
 
 def _visible_run(request: HttpRequest, run_id: int) -> Run:
-    run = get_object_or_404(Run.objects.select_related("task", "task__created_by", "parent"), pk=run_id)
-    if not selectors.runs_visible_to(request.user).filter(pk=run.pk).exists():
+    run = _run(run_id)
+    if not selectors.run_visible_to(request.user, owner_id=run.task.created_by_id):
         raise PermissionDenied
     return run
 
 
-@pagecache.cached_page
-def run_list(request: HttpRequest) -> HttpResponse:
+def _list_filters(request: HttpRequest) -> tuple[RunFilterForm, dict]:
     if not (request.user.has_perm("feedback.view_run") or request.user.has_perm("feedback.add_task")):
         raise PermissionDenied
     form = RunFilterForm(request.GET or None)
@@ -52,11 +59,17 @@ def run_list(request: HttpRequest) -> HttpResponse:
     filters = form.cleaned_data if form.is_bound and form.is_valid() else {}
     if form.is_bound and not form.is_valid():
         filters = {k: v for k, v in form.cleaned_data.items() if k not in form.errors}
+    return form, filters
+
+
+def _row_state(run: Run) -> tuple:
+    """What a row of the list shows that may change (the task's text and kind never do)."""
+    return run.pk, run.status, run.outcome, run.step_count, run.score
+
+
+def run_list(request: HttpRequest) -> HttpResponse:
+    form, filters = _list_filters(request)
     runs = selectors.filter_runs(selectors.run_list(request.user), filters)
-    if request.htmx and "newer_than" in request.GET:
-        # The first page's poll: how many runs arrived since it was shown.
-        count = selectors.newer_runs(runs, than=request.GET["newer_than"])
-        return render(request, "feedback/run_list.html#new-runs", {"newer": _newer(request, count)})
     sort = filters.get("sort") or "newest"
     page = selectors.run_page(
         runs, sort=sort, cursor=request.GET.get("after", ""), before=request.GET.get("before", ""), size=RUNS_PER_PAGE
@@ -68,6 +81,10 @@ def run_list(request: HttpRequest) -> HttpResponse:
     query = request.GET.copy()
     query.pop("after", None)
     query.pop("before", None)
+    newer_than = None
+    if sort == "newest" and not (request.GET.get("after") or request.GET.get("before")):
+        # New runs land above the first page of the newest first: it says when there are some.
+        newer_than = selectors.run_cursor(page.runs[0]) if page.runs else selectors.BEFORE_ALL_RUNS
     context = {
         "form": form,
         "page": page,
@@ -77,176 +94,188 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "first_url": _href(query),
         "next_url": _href(query, after=page.next_cursor) if page.next_cursor else "",
         "previous_url": _href(query, before=page.previous_cursor) if page.previous_cursor else "",
+        "poll": _list_poll(query, page.runs, newer_than=newer_than),
+        "newer": _newer(query, 0),
     }
-    if sort == "newest" and not (request.GET.get("after") or request.GET.get("before")):
-        # New runs land above the first page of the newest first: it says when there are some.
-        first = selectors.run_cursor(page.runs[0]) if page.runs else selectors.BEFORE_ALL_RUNS
-        context["newer"] = _newer(request, 0, poll=_href(query, newer_than=first))
-    return render(request, template, context)
+    # The page's rows and where its neighbours start: the URL says the rest.
+    state = [_row_state(run) for run in page.runs], page.next_cursor, page.previous_cursor
+    return conditional.answer(request, state, lambda: render(request, template, context))
 
 
-def _newer(request: HttpRequest, count: int, *, poll: str = "") -> dict:
+def run_list_poll(request: HttpRequest) -> HttpResponse:
+    """The run list's one poll (the page's active rows are ``watch``: each one's id, status and step
+    count as shown): the watched rows that changed, out of band, and with ``newer_than`` how many
+    runs the list's filters now have above the first page. 304 while none of it has changed."""
+    _form, filters = _list_filters(request)
+    watched = _watched(request.GET.get("watch", ""))
+    rows = {}
+    if watched:
+        # Not through the filters: a row that stops matching them (its status) still shows its end.
+        visible = selectors.runs_visible_to(request.user).filter(pk__in=watched).select_related("task")
+        rows = {run.pk: run for run in visible}
+    newer = None
+    if "newer_than" in request.GET:
+        runs = selectors.filter_runs(selectors.run_list(request.user), filters)
+        newer = selectors.newer_runs(runs, than=request.GET["newer_than"])
+    state = [_row_state(rows[pk]) for pk in watched if pk in rows], newer
+    return conditional.answer(request, state, lambda: _list_poll_answer(request, watched, rows, newer))
+
+
+def _list_poll_answer(request: HttpRequest, watched: dict, rows: dict[int, Run], newer: int | None) -> HttpResponse:
+    query = request.GET.copy()
+    for name in ("watch", "newer_than"):
+        query.pop(name, None)
+    still = [rows[pk] for pk in watched if pk in rows and rows[pk].is_active]
+    context = {
+        "poll": _list_poll(query, still, newer_than=request.GET.get("newer_than")),
+        "newer": _newer(query, newer or 0),
+        "changed": [rows[pk] for pk in watched if pk in rows and watched[pk] != (rows[pk].status, rows[pk].step_count)],
+        "oob": True,
+    }
+    return render(request, "feedback/run_list.html#run-poll-answer", context)
+
+
+def _watched(text: str) -> dict[int, tuple[str, int]]:
+    """``watch``'s rows by id: "id.status.steps,…" (a malformed entry is left out; a page's worth
+    at most)."""
+    watched = {}
+    for entry in text.split(",")[:RUNS_PER_PAGE]:
+        if found := WATCHED_ROW.fullmatch(entry):
+            watched[int(found[1])] = (found[2], int(found[3]))
+    return watched
+
+
+def _list_poll(query: QueryDict, runs: list[Run], *, newer_than: str | None) -> dict | None:
+    """The list's poller: it watches ``runs``' active rows, and with ``newer_than`` (the first page,
+    newest first) counts the runs above it; None once there is nothing to watch."""
+    watch = ",".join(f"{run.pk}.{run.status}.{run.step_count}" for run in runs if run.is_active)
+    if not watch and newer_than is None:
+        return None
+    values = {"watch": watch} if watch else {}
+    if newer_than is not None:
+        values["newer_than"] = newer_than
+    return {
+        "url": reverse("feedback-run-list-poll") + _href(query, **values),
+        "every": ROWS_POLL if watch else NEWER_POLL,
+    }
+
+
+def _newer(query: QueryDict, count: int) -> dict:
     return {
         "count": count,
         "more": count > selectors.NEWER_RUNS_SHOWN,
         "shown": min(count, selectors.NEWER_RUNS_SHOWN),
-        # The poll keeps asking with the same question; the list's own URL shows them.
-        "poll": poll or request.get_full_path(),
-        "show_url": _href(request.GET, drop="newer_than"),
+        # The list itself shows them.
+        "show_url": _href(query),
     }
 
 
-def _href(query: QueryDict, *, drop: str = "", **values: str) -> str:
-    """A link to the run list with ``query``'s filters, less ``drop``, plus ``values``."""
+def _href(query: QueryDict, **values: str) -> str:
+    """A link to the run list with ``query``'s filters, plus ``values``."""
     query = query.copy()
-    query.pop(drop, None)
     for key, value in values.items():
         query[key] = value
     return f"?{query.urlencode()}" if query else "?"
 
 
-# What the run's page changes with: a change of any of it is a new page cache entry, so it shows
-# at once. First the index of the run's last step (read from the unique (run, index) index: the
-# run row's counters follow the steps up to a second later, and its tokens come with them); the
-# final answer and the error come with the status; the plan's update comes just before its step,
-# but a plan item marked failed just after one; llm_backend is written when the run starts, after
-# its model, prompt, tools and strategies. The times make the elapsed time and the waterfall.
-RUN_STATE = (
-    "status", "step_count", "cancel_requested", "score", "outcome", "plan", "llm_backend",
-    "created_at", "started_at", "finished_at",
-)  # fmt: skip
+def _run_state(request: HttpRequest, run_id: int) -> dict:
+    """The run's state (``selectors.run_state``: every part of its page changes only with it),
+    once the reader may see the run."""
+    state = selectors.run_state(run_id)
+    if state is None:
+        raise Http404
+    if not selectors.run_visible_to(request.user, owner_id=state["owner"]):
+        raise PermissionDenied
+    # Whether its evaluation is still awaited moves with the clock, once: EVALUATION_WAIT_SECONDS
+    # after its end.
+    state["awaiting_evaluation"] = not state["evaluations_listed"] and recently_ended(state["finished_at"])
+    return state
 
 
-@functools.cache
-def _run_state_sql() -> str:
-    # Read on every request, from the cache or not: the ORM's SQL is built once, as building it
-    # cost more than the rest of a page served from the cache. Whether the run ever asked a
-    # person comes with it: only then does its clock need the confirmations' times.
-    last_step = Step.objects.filter(run=OuterRef("pk")).order_by("-index").values("index")[:1]
-    # (A subquery of an id, not EXISTS: that would add a parameter to the SQL kept here.)
-    asked = ToolConfirmation.objects.filter(run=OuterRef("pk")).values("pk")[:1]
-    runs = Run.objects.filter(pk=0).annotate(last_step=Subquery(last_step), asked=Subquery(asked))
-    sql, _params = runs.values_list("last_step", "asked", *RUN_STATE).query.sql_with_params()
-    return sql
+def _run(run_id: int) -> Run:
+    return get_object_or_404(Run.objects.select_related("task", "task__created_by", "parent"), pk=run_id)
 
 
-def _run_state(run_id: int) -> tuple | None:
-    with connection.cursor() as cursor:
-        cursor.execute(_run_state_sql(), [run_id])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    # SQLite hands back naive UTC times (PostgreSQL aware ones), as the ORM's converters would fix.
-    last_step, asked, *columns, created_at, started_at, finished_at = row
-    times = (_aware(moment) for moment in (created_at, started_at, finished_at))
-    return (last_step, asked is not None, *columns, *times)
-
-
-def _aware(moment: datetime | str | None) -> datetime | None:
-    if isinstance(moment, str):
-        moment = datetime.fromisoformat(moment)
-    return timezone.make_aware(moment, UTC) if moment is not None and timezone.is_naive(moment) else moment
+def answer(
+    request: HttpRequest, run_id: int, render_part: Callable[[HttpRequest, Run, dict], HttpResponse]
+) -> HttpResponse:
+    """``render_part(request, run, state)``, or a 304 while the run's state (read first, in one
+    small query) is the one of the answer the browser holds."""
+    state = _run_state(request, run_id)
+    return conditional.answer(request, state, lambda: render_part(request, _run(run_id), state))
 
 
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
-    # The state is read first, in one small query, so that a page served from the cache costs no
-    # more (who may see the run is checked when it renders: an entry is one user's, and a change
-    # of anyone's rights goes through a POST).
-    state = _run_state(run_id)
-    if state is None:
-        raise Http404
-    last_step, asked, created_at, started_at, finished_at = state[0], state[1], *state[-3:]
-    # While the run has not ended its elapsed time and its waterfall's scale move with the clock:
-    # the page holds placeholders, and every response, cached or not, gets the values of now.
-    clock = {}
-    if not finished_at:
-        waits = traces.run_waits(run_id) if asked else None
-        clock = _timing(run_id, created_at=created_at, started_at=started_at, finished_at=None, waits=waits)
-    return pagecache.cached(
-        request,
-        "run-detail",
-        lambda: _run_detail(request, _counted(_visible_run(request, run_id), last_step), clock),
-        vary=state,
-        # An ended run's page changes without its state while its evaluation may still arrive.
-        seconds=pagecache.RECENTLY_ENDED_PAGE_CACHE_SECONDS if recently_ended(finished_at) else None,
-        fill=clock,
-    )
+    return answer(request, run_id, _run_page)
 
 
-def _counted(run: Run, last_step: int | None) -> Run:
-    """``run`` with its step count as its steps have it (its row's follows them within a second)."""
-    if last_step is not None:
-        run.step_count = max(run.step_count, last_step + 1)
-    return run
+def _run_page(request: HttpRequest, run: Run, state: dict) -> HttpResponse:
+    context = {
+        **_summary_context(request, run, trace=traces.trace_page(run), state=state),
+        **evaluation_context(request, run),
+        "problems": traces.trace_problems(run),
+        "applied_strategies": selectors.run_applied_strategies(run),
+        "children": _children(run, state),
+    }
+    return render(request, TEMPLATE, context)
 
 
-def _timing(
-    run_id: int,
-    *,
-    created_at: datetime,
-    started_at: datetime | None,
-    finished_at: datetime | None,
-    waits: list[traces.Wait] | None,
-) -> dict[str, str]:
-    """The run's working time and, when it asked people (``waits``, its confirmations), the time
-    it waited for them (once it has started), and its waterfall's span (wall time: the steps lie
-    where they ran), by placeholder name, as the page shows them (in the active language, as the
-    floatformat filter would)."""
-    span = traces.trace_span_ms(created_at=created_at, started_at=started_at, finished_at=finished_at)
-    timing = {f"run-{run_id}-span": str(span)}
-    if started_at is not None:
-        end = finished_at or timezone.now()
-        working, waited = traces.working_and_waited_seconds(started_at=started_at, end=end, waits=waits or [])
-        timing[f"run-{run_id}-elapsed"] = floatformat(working, 1)
-        if waits:
-            timing[f"run-{run_id}-waited"] = floatformat(waited, 1)
-    return timing
+def run_summary(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The run's summary, which polls itself while the run is live and its trace's live tail is not
+    loaded yet (the tail polls once it is); ``seen``: the status the page shows."""
+    return answer(request, run_id, _summary)
 
 
-def _timing_context(run: Run, clock: dict[str, str], confirmations: list[ToolConfirmation]) -> dict:
-    """The working time, the time waited for people and the span for the template: the
-    placeholders ``clock`` has values for (a live run's), the values themselves otherwise."""
-    waits = [(c.requested_at, c.decided_at) for c in confirmations]
-    timing = _timing(
-        run.pk, created_at=run.created_at, started_at=run.started_at, finished_at=run.finished_at, waits=waits
-    )
-
-    def shown(name: str) -> str | None:
-        key = f"run-{run.pk}-{name}"
-        return pagecache.placeholder(key) if key in clock else timing.get(key)
-
-    return {"elapsed": shown("elapsed"), "waited": shown("waited"), "span": shown("span")}
+def _summary(request: HttpRequest, run: Run, state: dict) -> HttpResponse:
+    context = {**_summary_context(request, run, trace=None, state=state), **_news(request, run)}
+    return render(request, TEMPLATE + "#summary-poll", context)
 
 
-def _run_detail(request: HttpRequest, run: Run, clock: dict[str, str]) -> HttpResponse:
-    template = "feedback/run_detail.html"
-    part = request.GET.get("part", "")
-    if request.htmx and part == "evaluations":
-        # The evaluation section polls on its own: it may still be waiting after the run ended.
-        return render(request, template + "#run-evaluations", evaluation_context(request, run))
-    if request.htmx and part == "row":
-        return render(request, "feedback/run_list.html#run-row", {"run": run})
-    nested = request.GET.get("nested") == "1"
-    summary = {"nested": nested or part == "child", "clock": clock}
-    if request.htmx and "after" in request.GET:
-        # The trace's tail: the steps after the last one shown, plus the summary and the
-        # waterfall's scale out of band. The run was read before its steps, so an ended run's
-        # last steps are all in this page.
-        trace = traces.trace_page(run, after=_int(request.GET["after"]))
-        context = {**_summary_context(request, run, trace=trace, **summary), "oob": True}
-        context["seen"] = request.GET.get("seen", "")
-        return render(request, template + "#trace-more", context)
-    if request.htmx and part != "child":
-        # The summary polling itself (while the trace's tail is not the live poller).
-        context = _summary_context(request, run, trace=None, **summary)
-        return render(request, template + "#run-summary", context)
-    trace = traces.trace_page(run)
-    context = {**_summary_context(request, run, trace=trace, **summary), "problems": traces.trace_problems(run)}
-    if request.htmx:
-        # A sub-agent run expanded in place inside its parent's trace.
-        return render(request, template + "#run-child", context)
-    context["applied_strategies"] = selectors.run_applied_strategies(run)
-    return render(request, template, {**context, **evaluation_context(request, run)})
+def run_steps(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The steps after ``after`` (a page of them) for the loader at the trace's end and, while the
+    run is live, its tail's poll (``seen``: the status the page shows), with the summary, the
+    waterfall's scale, the sub-agent runs and, once the run has ended, its evaluation out of band."""
+    return answer(request, run_id, _steps)
+
+
+def _steps(request: HttpRequest, run: Run, state: dict) -> HttpResponse:
+    # The run was read before its steps, so an ended run's last steps are all in this page.
+    trace = traces.trace_page(run, after=_int(request.GET.get("after", "")))
+    context = {
+        **_summary_context(request, run, trace=trace, state=state),
+        **_news(request, run),
+        "oob": True,
+        "children": _children(run, state),
+    }
+    return render(request, TEMPLATE + "#trace-more", context)
+
+
+def run_child(request: HttpRequest, run_id: int) -> HttpResponse:
+    """A sub-agent run expanded in place in its parent's trace: its summary and first page of steps,
+    as they are (the page's one poller is its parent's; the child's own page follows it live)."""
+    return answer(request, run_id, _child)
+
+
+def _child(request: HttpRequest, run: Run, state: dict) -> HttpResponse:
+    context = {
+        **_summary_context(request, run, trace=traces.trace_page(run), state=state, nested=True),
+        "problems": traces.trace_problems(run),
+    }
+    return render(request, TEMPLATE + "#run-child", context)
+
+
+def _news(request: HttpRequest, run: Run) -> dict:
+    """What a live part's poll says beyond itself: the status, when it is not the one the page
+    shows (``seen``), to the screen reader's announce region; and once the run has ended, its
+    evaluation section, which polls from then on while the evaluation is awaited."""
+    seen = request.GET.get("seen", "")
+    ended = seen in Run.ACTIVE_STATUSES and not run.is_active
+    return {"seen": seen, "ended_now": ended, **(evaluation_context(request, run) if ended else {})}
+
+
+def _children(run: Run, state: dict) -> list[Run]:
+    """The run's sub-agent runs (read only when its state says it has some)."""
+    return list(run.children.select_related("task").order_by("id")) if state["children_listed"] else []
 
 
 def _int(value: str) -> int:
@@ -256,23 +285,55 @@ def _int(value: str) -> int:
         return -1
 
 
+def _ms(moment: datetime) -> int:
+    return round(moment.timestamp() * 1000)
+
+
 def _summary_context(
-    request: HttpRequest, run: Run, *, nested: bool, trace: traces.TracePage | None, clock: dict[str, str]
+    request: HttpRequest, run: Run, *, trace: traces.TracePage | None, state: dict, nested: bool = False
 ) -> dict:
-    confirmations = with_arguments_shown(
-        run.confirmations.select_related("decided_by").order_by("requested_at"), user=request.user
-    )
+    confirmations = []
+    if state["confirmations_listed"]:
+        rows = run.confirmations.select_related("decided_by").order_by("requested_at")
+        confirmations = with_arguments_shown(rows, user=request.user)
     return {
         "run": run,
         "nested": nested,
         "trace": trace,
         # One poller at a time: the trace's tail polls (and updates the summary out of band)
-        # once it has caught up; until then, or without a trace, the summary polls itself.
-        "summary_polls": run.is_active and (trace is None or trace.has_more),
+        # once it is loaded; until then the summary polls itself. A sub-agent run expanded in its
+        # parent's trace never polls.
+        "summary_polls": not nested and run.is_active and (trace is None or trace.has_more),
         "confirmations": confirmations,
         "can_control": services.run_can_control(run=run, user=request.user),
-        **_timing_context(run, clock, confirmations),
+        # The confirmation cards' forms lead back to the run's page, not to the part's URL.
+        "next_url": reverse("feedback-run-detail", args=[run.pk]),
+        **_timing(run, confirmations),
     }
+
+
+def _timing(run: Run, confirmations: list[ToolConfirmation]) -> dict:
+    """The run's working time, its time waited for people (once it has asked them: from each
+    confirmation's request to its decision) and its waterfall's span. An ended run's are numbers
+    (in the active language, as the floatformat filter writes them). A live run's move with the
+    clock: the page holds what they are computed from instead (its start, its waits, in ms since
+    the epoch), and static/js/live.js shows them and moves them every second, so the page itself
+    does not change with the clock and can be answered 304; without JavaScript they read "—"."""
+    waits = [(c.requested_at, c.decided_at) for c in confirmations]
+    timing = {"waits_shown": bool(waits), "elapsed": "—", "waited": "—", "span": None, "clock": None}
+    if run.finished_at is None:
+        timing["span_from"] = _ms(run.started_at or run.created_at)
+        if run.started_at is not None:
+            shown_waits = [[_ms(asked), _ms(decided) if decided else None] for asked, decided in waits]
+            timing["clock"] = {"started": _ms(run.started_at), "waits": json.dumps(shown_waits)}
+        return timing
+    timing["span"] = traces.trace_span_ms(
+        created_at=run.created_at, started_at=run.started_at, finished_at=run.finished_at
+    )
+    if run.started_at is not None:
+        working, waited = traces.working_and_waited_seconds(started_at=run.started_at, end=run.finished_at, waits=waits)
+        timing["elapsed"], timing["waited"] = f"{floatformat(working, 1)} s", f"{floatformat(waited, 1)} s"
+    return timing
 
 
 @require_POST

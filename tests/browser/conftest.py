@@ -67,10 +67,3 @@ def log_in(page, live_server, username: str, password: str) -> None:
     page.get_by_label("Username").fill(username)
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Log in").click()
-
-
-@pytest.fixture(autouse=True)
-def _page_cache_as_shipped(settings):
-    # In the browser every change goes through the site, as for a user: the page cache is on,
-    # at its default, so these tests cover the product as it ships.
-    settings.PAGE_CACHE_SECONDS = 5

@@ -81,7 +81,7 @@ def test_the_main_pages_run_under_the_policy_without_a_violation(watched, live_s
     expect(page.locator(f"#trace-tail-{run.pk}.live")).to_have_count(1)
     span = page.evaluate(SPAN, run.pk)
     assert 20_000 <= span < 40_000 and page.evaluate(BAR_WIDTH, run.pk) > 10
-    page.wait_for_function(f"() => ({SPAN})({run.pk}) >= {span + 2000}")  # two polls later
+    page.wait_for_function(f"() => ({SPAN})({run.pk}) >= {span + 2000}")  # two seconds later
     Step.objects.create(run=run, index=1, kind=Step.Kind.TOOL_CALL, tool_name="calculator", started_at=timezone.now())
     Run.objects.filter(pk=run.pk).update(step_count=2)
     expect(page.locator(f"#trace-{run.pk} > li.step")).to_have_count(2)  # appended by the poll

@@ -109,11 +109,11 @@ def test_the_run_list_says_when_new_runs_arrive_and_shows_them_on_request(page, 
     log_in(page, live_server, "operator", demo["operator"])
     page.get_by_role("link", name="Runs").click()
     expect(page.locator("#run-table tbody tr")).to_have_count(1)
-    expect(page.locator("#new-runs")).to_have_text("")
+    expect(page.locator("#run-list-poll")).to_have_text("")
     make_run(text="A run that arrived while the list was open")
     make_run(text="And another one")
-    # The first page polls every 5 s (through a page cache of 5 s here): the list itself stays
-    # still under the reader, the notice says what arrived.
+    # The first page polls every 5 s (no row is active): the list itself stays still under the
+    # reader, the notice says what arrived.
     notice = page.get_by_role("link", name="2 new runs: show them")
     expect(notice).to_be_visible(timeout=20_000)
     expect(page.locator("#run-table tbody tr")).to_have_count(1)

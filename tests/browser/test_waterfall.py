@@ -1,5 +1,5 @@
 """The trace's waterfall in real Chromium: each bar laid out on its track from its step's own times
-against the run's span, and a live run's span and elapsed time moving with every poll."""
+against the run's span, and a live run's span and elapsed time moving with the browser's clock."""
 
 import math
 from datetime import timedelta
@@ -52,7 +52,7 @@ def test_bars_lie_on_their_track_where_their_steps_ran(page, live_server, demo):
     assert lefts == sorted(lefts)  # a later step's bar is never left of an earlier one's
 
 
-def test_a_live_runs_scale_and_elapsed_time_move_with_the_poll_and_settle_when_it_ends(page, live_server, demo):
+def test_a_live_runs_scale_and_elapsed_time_move_with_the_clock_and_settle_when_it_ends(page, live_server, demo):
     start = timezone.now() - timedelta(seconds=20)
     run = make_run(status=Run.Status.RUNNING, started_at=start, step_count=1)
     _steps(run, [(0, 4000)])
@@ -61,8 +61,8 @@ def test_a_live_runs_scale_and_elapsed_time_move_with_the_poll_and_settle_when_i
     expect(page.locator(f"#trace-tail-{run.pk}.live")).to_have_count(1)
     elapsed, span, (bar,) = page.evaluate(ELAPSED), int(page.evaluate(SPAN, run.pk)), page.evaluate(BARS, run.pk)
     assert 20 <= elapsed < 40 and 20_000 <= span < 40_000
-    # The trace's tail polls every second; its answer (from the page cache, the run's state not
-    # having changed) carries the summary and the scale of its moment.
+    # The page holds when the run started; the browser moves both every second (live.js), while
+    # the trace's tail polls (answered 304: the run's state has not changed).
     page.wait_for_function(f"() => ({ELAPSED})() >= {elapsed + 2}")
     page.wait_for_function(f"() => parseInt(({SPAN})({run.pk})) >= {span + 2000}")
     (later,) = page.evaluate(BARS, run.pk)
