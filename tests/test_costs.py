@@ -49,7 +49,7 @@ def price(name: str, input_price: str, output_price: str) -> ModelPrice:
     )[0]
 
 
-def test_each_step_is_priced_at_its_model_s_price_and_the_run_costs_their_sum():
+def test_each_step_is_priced_at_its_model_s_price_and_the_run_costs_their_sum(client, operator):
     price("house-model", "2.00", "10.00")
     run = run_loop(make_run(), PricedModel("house-model"))
     assert run.status == Run.Status.SUCCEEDED
@@ -59,11 +59,16 @@ def test_each_step_is_priced_at_its_model_s_price_and_the_run_costs_their_sum():
     assert run.steps.get(kind=Step.Kind.TOOL_CALL).tokens_in == 1000
     assert run.cost == pytest.approx(sum(c for c in run.steps.values_list("cost", flat=True)))
     assert run.cost == pytest.approx(0.011)
+    client.force_login(operator)
+    page = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
+    assert 'id="run-cost">$0.011<' in page and "1000+200 tokens · $0.004" in page
 
 
-def test_an_unknown_model_is_unpriced_never_free_until_a_catch_all_price_exists():
+def test_an_unknown_model_is_unpriced_never_free_until_a_catch_all_price_exists(client, operator):
     run = run_loop(make_run(), PricedModel("nobody-priced-this"))
     assert run.cost is None and not run.steps.exclude(cost=None).exists()
+    client.force_login(operator)
+    assert ">unpriced</span>" in client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
     price(ModelPrice.ANY_MODEL, "1.00", "1.00")
     priced = run_loop(make_run(), PricedModel("nobody-priced-this"))
     assert priced.cost == pytest.approx((4000 + 300) / 1e6)

@@ -20,10 +20,10 @@ def number(value: float | None, digits: int = 2) -> str:
 
 @register.filter
 def usd(value: float | None) -> str:
-    """US dollars, with the cents of large sums and the significant digits of tiny ones (a model
-    call can cost a hundredth of a cent); no cost (an unpriced model) shows as a dash."""
+    """US dollars: cents from a dime up, and three significant digits below (a model call can
+    cost a hundredth of a cent); no cost (an unpriced model) shows as a dash."""
     if value is None:
         return "—"
-    if value == 0 or abs(value) >= 0.01:
+    if value == 0 or abs(value) >= 0.1:
         return f"${value:,.2f}"
-    return f"${value:.2g}" if abs(value) >= 1e-6 else f"${value:.1e}"
+    return f"${value:.3g}" if abs(value) >= 1e-6 else f"${value:.1e}"
