@@ -72,7 +72,6 @@ _MODEL_STEPS = (Step.Kind.THOUGHT, Step.Kind.FINAL, Step.Kind.MODEL_ERROR)
 _PROVIDERS = {"openai": "openai", "offline": "offline_demo"}
 # error.type of a failed or cancelled run, from the beginning of the reason the loop recorded.
 _RUN_ERRORS = (
-    ("Cancelled", "cancelled"),
     ("Step limit", "step_limit"),
     ("Time limit", "time_limit"),
     ("The model could not be reached", "model_unreachable"),

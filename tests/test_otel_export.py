@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from feedback import otel_export, queue, services
-from feedback.agent.llm import LLMReply, ToolCall
+from feedback.agent.llm import LLMError, LLMReply, ToolCall
 from feedback.agent.loop import execute_run
 from feedback.evaluation.chain import evaluate_run
 from feedback.models import AppliedStrategy, Evaluation, Run, Step, Task
@@ -154,6 +154,31 @@ def test_a_run_is_one_trace_of_gen_ai_spans(receiver, staff):
     assert chats[0].end <= min(tools["call-1"].start, tools["call-2"].start)
     assert chats[1].start >= max(tools["call-1"].end, tools["call-2"].end) and chats[1].end <= tools["call-3"].start
     assert all(root.start <= s.start <= s.end <= root.end for s in spans)
+
+
+class Unreachable(Model):
+    def complete(self, messages, tools):
+        raise LLMError("AuthenticationError (401): bad key")
+
+
+def test_a_failed_run_and_model_call_say_why_in_error_type(receiver):
+    run = make_run()
+    execute_run(run.pk, model=Unreachable([]))
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    otel_export.run_trace_export(run_id=run.pk)
+    named = by_name(receiver.spans)
+    [root], [chat] = named["invoke_agent arithmetic"], named["chat gpt-test"]
+    assert (root.attributes["error.type"], root.status, root.status_message) == (
+        "model_unreachable", "ERROR", "model_unreachable",
+    )  # fmt: skip
+    assert (chat.attributes["error.type"], chat.status) == ("LLMError", "ERROR")
+    [(name, attempt, at)] = chat.events
+    assert (name, attempt["error.type"], attempt["agent_feedback.attempt.retryable"]) == (
+        "agent_feedback.attempt", "LLMError", False,
+    )  # fmt: skip
+    assert at == otel_export._nanos(run.steps.get().attempt_rows.get().started_at)
+    assert "exception.message" not in attempt  # content: only with OTEL_CAPTURE_CONTENT
 
 
 def test_a_sub_agent_s_run_nests_under_the_delegate_call(receiver):
