@@ -282,6 +282,19 @@ RUN_STALE_AFTER_SECONDS = env.float("RUN_STALE_AFTER_SECONDS", default=60.0)
 # Mask personal data and secrets (emails, phones, cards, API keys) before anything is stored.
 PRIVACY_MASKING = env.bool("PRIVACY_MASKING", default=True)
 
+# --- OpenTelemetry export of runs (feedback/otel_export.py) ---------------------------------------
+# Off by default. On, every run is sent once evaluated, as GenAI spans, to the OTLP/HTTP endpoint
+# the standard variables name, which the exporter reads itself: OTEL_EXPORTER_OTLP_ENDPOINT (or
+# _TRACES_ENDPOINT), _HEADERS, _TIMEOUT, _COMPRESSION, _CERTIFICATE. OTEL_SDK_DISABLED turns it off.
+OTEL_EXPORT_RUNS = env.bool("OTEL_EXPORT_RUNS", default=False) and not env.bool("OTEL_SDK_DISABLED", default=False)
+OTEL_SERVICE_NAME = env.str("OTEL_SERVICE_NAME", default="agent-feedback")
+# Prompts, answers, tool arguments and results, evaluator feedback: the stored (masked) values.
+OTEL_CAPTURE_CONTENT = env.bool(
+    "OTEL_CAPTURE_CONTENT", default=env.bool("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", default=False)
+)
+# An export the receiver refused (down, 4xx/5xx, timeout) is tried again this many times.
+OTEL_EXPORT_RETRIES = env.int("OTEL_EXPORT_RETRIES", default=5)
+
 # --- Strategies (layer 3) ----------------------------------------------------------------------
 STRATEGY_MINING_WINDOW_DAYS = env.int("STRATEGY_MINING_WINDOW_DAYS", default=30)
 STRATEGY_MIN_SUPPORT = env.int("STRATEGY_MIN_SUPPORT", default=5)

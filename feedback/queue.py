@@ -10,6 +10,7 @@ reaper sends the run, or its evaluation, again (agent/checkpoint.py).
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from kombu.exceptions import OperationalError as BrokerError
 
@@ -21,6 +22,9 @@ RUN_EXECUTE = "feedback.tasks.run_execute_task"
 RUN_EVALUATE = "feedback.tasks.run_evaluate_task"
 STRATEGIES_MINE = "feedback.tasks.strategies_mine_task"
 DEMO_LOOP = "feedback.tasks.demo_loop_task"
+RUN_EXPORT = "feedback.tasks.run_export_task"
+# Telemetry, not state: what the broker lost of it is not sent again.
+_NOT_RESENT = {RUN_EXPORT}
 
 
 def _after_commit(name: str, *args: Any, **kwargs: Any) -> None:
@@ -28,7 +32,8 @@ def _after_commit(name: str, *args: Any, **kwargs: Any) -> None:
         try:
             app.send_task(name, args, kwargs)
         except (BrokerError, OSError):
-            logger.warning("the broker is unavailable; %s%s will be sent again by the reaper", name, args)
+            then = "is not sent again" if name in _NOT_RESENT else "will be sent again by the reaper"
+            logger.warning("the broker is unavailable; %s%s %s", name, args, then)
 
     transaction.on_commit(send)
 
@@ -44,6 +49,13 @@ def run_evaluate(run_id: int, *, expected_round: int | None = None) -> None:
         _after_commit(RUN_EVALUATE, run_id)
     else:
         _after_commit(RUN_EVALUATE, run_id, expected_round=expected_round)
+
+
+def run_export(run_id: int) -> None:
+    """Have a worker send the ended run's trace to the OpenTelemetry endpoint, when
+    OTEL_EXPORT_RUNS is on (feedback/otel_export.py); again after a change to its scores."""
+    if settings.OTEL_EXPORT_RUNS:
+        _after_commit(RUN_EXPORT, run_id)
 
 
 def strategies_mine() -> None:

@@ -164,6 +164,7 @@ def run_cancel(*, run: Run, user: AbstractBaseUser) -> bool:
     )
     if stopped:
         rollup_add(run_id=run.pk)  # ended: never evaluated, counted now
+        queue.run_export(run.pk)  # nor exported after an evaluation
     else:
         stopped = Run.objects.filter(pk=run.pk, status__in=Run.ACTIVE_STATUSES).update(cancel_requested=True)
     return bool(stopped)
@@ -261,6 +262,7 @@ def run_add_human_score(
         run.score = composite_score(run)
         run.outcome = run_outcome(run)
         run.save(update_fields=["score", "outcome"])
+    queue.run_export(run.pk)  # its trace again, with the person's score
     return evaluation
 
 

@@ -1,6 +1,7 @@
 """Celery tasks: they take an id, stay thin and call the code that does the work."""
 
 import logging
+import random
 
 from celery import shared_task
 from django.conf import settings
@@ -31,6 +32,26 @@ def run_evaluate_task(run_id: int, expected_round: int | None = None) -> None:
 
     # Also counts the run in its day's metric rollups (feedback.rollups), with its score.
     evaluate_run(run_id, expected_round=expected_round)
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True, soft_time_limit=300)
+def run_export_task(self, run_id: int) -> None:
+    # Idempotent (the same span ids every time): safe to redeliver and to retry. Imported here:
+    # the OpenTelemetry SDK is the exporting worker's business alone.
+    from feedback.otel_export import ExportFailed, ExportNotReady, run_trace_export
+
+    try:
+        run_trace_export(run_id=run_id)
+    except ExportFailed as exc:
+        retries = self.request.retries
+        if retries >= settings.OTEL_EXPORT_RETRIES:
+            logger.error("run %s was not exported after %s attempts: %s", run_id, retries + 1, exc)
+            return  # telemetry: given up on, never anyone else's failure
+        log = logger.info if isinstance(exc, ExportNotReady) else logger.warning
+        log("run %s not exported (attempt %s): %s; trying again", run_id, retries + 1, exc)
+        # Exponential backoff with equal jitter, as for the model's calls.
+        backoff = min(600, 5 * 2**retries)
+        raise self.retry(countdown=backoff / 2 + random.uniform(0, backoff / 2), max_retries=None) from exc
 
 
 @shared_task(ignore_result=True, soft_time_limit=600)

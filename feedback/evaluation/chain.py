@@ -33,7 +33,7 @@ from collections.abc import Callable
 from django.db import transaction
 from django.db.models import Max
 
-from feedback import costs
+from feedback import costs, queue
 from feedback.models import Evaluation, Run
 from feedback.rollups import rollup_add, rollup_change
 
@@ -185,4 +185,6 @@ def evaluate_run(run_id: int, *, expected_round: int | None = None) -> list[Eval
             run.outcome = run_outcome(run)
             run.save(update_fields=["score", "outcome"])
         rollup_add(run_id=run_id)
+        # Its trace, with these scores, once they are committed (OTEL_EXPORT_RUNS).
+        queue.run_export(run_id)
     return rows

@@ -1,0 +1,498 @@
+"""OpenTelemetry export of runs (``OTEL_EXPORT_RUNS``, off by default).
+
+Once a run has been evaluated, a worker task (``queue.run_export``) builds the run's spans from
+what was recorded, in the OpenTelemetry GenAI semantic conventions, and sends them with the
+official SDK's OTLP/HTTP exporter to the endpoint the standard variables name
+(``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_HEADERS``...): an OpenTelemetry Collector,
+Langfuse, Arize Phoenix, LangSmith. Built after the run, the export never slows or breaks the
+agent loop, and a run resumed after its worker died is exported once, whole.
+
+A run is one trace (a sub-agent's run joins the trace of the run that delegated to it)::
+
+    invoke_agent {task kind}     the run; a sub-agent's run hangs from its delegate call's span
+      chat {model}               one per model call (a turn of the loop), with its tokens
+      execute_tool {tool}        one per tool call, error.type when it failed
+      (events)                   gen_ai.evaluation.result per evaluation, reflections
+
+Ids are derived from the run and its steps (an HMAC keyed by SECRET_KEY: stable, and distinct
+between installations sending to one backend), so exporting again (a re-evaluation, a reviewer's
+score, a retry) sends the same spans with their latest attributes, which a receiver that keys
+spans by id keeps once.
+
+Timing: a tool span has its call's recorded start and end. A model call is recorded without
+them; its span covers the time between the recorded moments around it (from the end of the
+previous calls to the start of the calls it asked for, or to a confirmation request, or to the
+run's end), shared equally by the model calls that fall in one such gap.
+
+Privacy: without ``OTEL_CAPTURE_CONTENT`` nothing a person, the model or a tool wrote leaves
+the installation: names, ids, counts, times, error classes and scores only. With it, the stored
+values, which are masked (feedback/privacy.py); with ``PRIVACY_MASKING`` off, no content is
+sent whatever ``OTEL_CAPTURE_CONTENT`` says.
+"""
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from feedback import privacy
+from feedback.models import AppliedStrategy, Evaluation, Run, Step
+
+logger = logging.getLogger(__name__)
+
+SCOPE = "agent_feedback.runs"
+# Our own attributes, beside the gen_ai.* ones.
+NS = "agent_feedback."
+# Spans per request: a run of ten thousand steps goes in several.
+BATCH_SPANS = 512
+# Captured content is cut to this many characters per attribute, unless the standard
+# OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT (or its span-only form) says otherwise.
+CONTENT_MAX_CHARS = 16_384
+_LENGTH_LIMIT_VARIABLES = ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+
+_MODEL_STEPS = (Step.Kind.THOUGHT, Step.Kind.FINAL, Step.Kind.MODEL_ERROR)
+# gen_ai.provider.name by the run's llm_backend; any other backend is named as it is.
+_PROVIDERS = {"openai": "openai", "offline": "offline_demo"}
+# error.type of a failed or cancelled run, from the beginning of the reason the loop recorded.
+_RUN_ERRORS = (
+    ("Step limit", "step_limit"),
+    ("Time limit", "time_limit"),
+    ("The model could not be reached", "model_unreachable"),
+    ("The model gave", "unusable_replies"),
+    ("Stopped: the same call failed", "repeated_failure"),
+    ("Internal error", "internal_error"),
+)
+
+
+class ExportFailed(Exception):
+    """The spans did not reach the receiver (down, refused, 4xx/5xx, timeout): the task retries."""
+
+
+class ExportNotReady(ExportFailed):
+    """A sub-agent's run whose delegate call its parent has not recorded yet: exported later,
+    under that call's span."""
+
+
+def capture_content() -> bool:
+    if settings.OTEL_CAPTURE_CONTENT and not privacy.enabled():
+        logger.warning("OTEL_CAPTURE_CONTENT is ignored: PRIVACY_MASKING is off, and content is only sent masked")
+        return False
+    return settings.OTEL_CAPTURE_CONTENT
+
+
+def run_trace_export(*, run_id: int) -> int:
+    """Send the ended run's spans to the OTLP endpoint; returns how many were sent (0 for a run
+    that is gone or not over). Raises ExportFailed when the receiver did not take them."""
+    run = Run.objects.select_related("task").filter(pk=run_id).first()
+    if run is None or run.is_active:
+        return 0
+    spans = run_spans(run)
+    exporter = OTLPSpanExporter()
+    try:
+        for start in range(0, len(spans), BATCH_SPANS):
+            if exporter.export(spans[start : start + BATCH_SPANS]) is not SpanExportResult.SUCCESS:
+                # The exporter logged the receiver's answer; a retry sends the whole run again.
+                raise ExportFailed(f"the OTLP endpoint did not take the spans of run {run_id}")
+    finally:
+        exporter.shutdown()
+    logger.info("run %s exported: %s spans", run_id, len(spans))
+    return len(spans)
+
+
+def run_spans(run: Run) -> list[ReadableSpan]:
+    """The run's spans, built with the SDK from what the run recorded."""
+    return _TraceBuilder(run, content=capture_content()).build()
+
+
+# --- ids -----------------------------------------------------------------------------------
+def _digest(key: str) -> bytes:
+    return hmac.new(settings.SECRET_KEY.encode(), f"otel:{key}".encode(), hashlib.sha256).digest()
+
+
+def trace_id_of(top_run_id: int) -> int:
+    return int.from_bytes(_digest(f"trace:{top_run_id}")[:16]) or 1
+
+
+def span_id_of(key: str) -> int:
+    return int.from_bytes(_digest(key)[:8]) or 1
+
+
+class _RecordedIds(IdGenerator):
+    """The SDK's hook for span ids, handing out the ids decided for the next span."""
+
+    def __init__(self) -> None:
+        self.trace_id = self.span_id = 0
+
+    def generate_trace_id(self) -> int:
+        return self.trace_id
+
+    def generate_span_id(self) -> int:
+        return self.span_id
+
+
+# --- building ------------------------------------------------------------------------------
+def _nanos(moment: datetime) -> int:
+    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
+
+
+def _attributes(values: dict[str, Any]) -> dict[str, Any]:
+    """Without the values OpenTelemetry cannot carry (None) or that say nothing (empty)."""
+    return {k: v for k, v in values.items() if v is not None and v != "" and v != []}
+
+
+def _json(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _share(windows: dict, turns: list[int], since: datetime, until: datetime) -> None:
+    """Consecutive model calls with no recorded moment between them split their gap equally."""
+    slice_ = max(until - since, timedelta(0)) / len(turns)
+    for i, turn in enumerate(turns):
+        windows[turn] = (since + slice_ * i, since + slice_ * (i + 1))
+
+
+class _TraceBuilder:
+    def __init__(self, run: Run, *, content: bool) -> None:
+        self.run = run
+        self.content = content
+        self.ids = _RecordedIds()
+        self.collected = InMemorySpanExporter()
+        length = None if any(os.environ.get(v) for v in _LENGTH_LIMIT_VARIABLES) else CONTENT_MAX_CHARS
+        provider = TracerProvider(
+            # Every ended run is sent whole; sampling, if any, belongs to a collector.
+            sampler=ALWAYS_ON,
+            resource=Resource.create({"service.name": settings.OTEL_SERVICE_NAME}),
+            id_generator=self.ids,
+            span_limits=SpanLimits(max_attribute_length=length, max_span_attribute_length=length),
+            shutdown_on_exit=False,
+        )
+        provider.add_span_processor(SimpleSpanProcessor(self.collected))
+        self.tracer = provider.get_tracer(SCOPE)
+        provider_name = _PROVIDERS.get(run.llm_backend, run.llm_backend or "_OTHER")
+        self.model = {
+            "gen_ai.provider.name": provider_name,
+            # The older name, still the one some backends read.
+            "gen_ai.system": provider_name,
+            "gen_ai.request.model": run.model_name or None,
+            "gen_ai.conversation.id": str(run.pk),
+        }
+
+    # The SDK pipeline: the ids come from _RecordedIds, the times from the record.
+    def _span(
+        self,
+        key: str,
+        name: str,
+        *,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        start: datetime,
+        end: datetime,
+        attributes: dict[str, Any],
+        events: Iterable[tuple[str, dict[str, Any], datetime]] = (),
+        error: str = "",
+        error_message: str = "",
+    ) -> SpanContext:
+        self.ids.span_id = span_id_of(key)
+        context = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent else Context()
+        span = self.tracer.start_span(
+            name, context=context, kind=kind, attributes=_attributes(attributes), start_time=_nanos(start)
+        )
+        for event, values, moment in events:
+            span.add_event(event, _attributes(values), timestamp=_nanos(moment))
+        if error:
+            span.set_attribute("error.type", error)
+            span.set_status(Status(StatusCode.ERROR, error_message if self.content and error_message else error))
+        span.end(end_time=_nanos(max(start, end)))
+        return span.get_span_context()
+
+    def build(self) -> list[ReadableSpan]:
+        run = self.run
+        self.ids.trace_id, parent = self._placement()
+        steps = list(run.steps.order_by("index").prefetch_related("attempt_rows"))
+        turns: dict[int, list[Step]] = defaultdict(list)
+        for step in steps:
+            turns[step.turn].append(step)
+        asked: dict[int, datetime] = {}
+        for turn, requested_at in run.confirmations.values_list("turn", "requested_at"):
+            asked[turn] = min(requested_at, asked.get(turn, requested_at))
+        windows, reflected = self._timeline(turns, asked)
+
+        start = run.started_at or run.created_at
+        ends = [s.finished_at for s in steps if s.finished_at]
+        end = run.finished_at or max(ends, default=start)
+        root = self._span(
+            f"run:{run.pk}",
+            f"invoke_agent {run.task_kind}",
+            parent=parent,
+            kind=SpanKind.INTERNAL,
+            start=start,
+            end=end,
+            attributes=self._run_attributes(steps),
+            events=[*self._evaluation_events(), *self._reflection_events(steps, reflected)],
+            error=_run_error(run),
+            error_message=run.error,
+        )
+        confirmations = dict(run.confirmations.values_list("tool_call_id", "status"))
+        for turn, turn_steps in turns.items():
+            self._chat_span(root, turn, turn_steps, windows[turn])
+            for step in turn_steps:
+                if step.kind == Step.Kind.TOOL_CALL:
+                    self._tool_span(root, step, windows[turn][1], confirmations.get(step.tool_call_id))
+        return list(self.collected.get_finished_spans())
+
+    def _placement(self) -> tuple[int, SpanContext | None]:
+        """The trace the run belongs to, and the span its own hangs from: a sub-agent's run is
+        part of its parent's trace, under the span of the delegate call that started it."""
+        run = self.run
+        if run.parent_id is None:
+            return trace_id_of(run.pk), None
+        top = run.parent
+        while top.parent_id is not None:
+            top = top.parent
+        trace_id = trace_id_of(top.pk)
+        if run.parent_step_id is not None:
+            parent_span = span_id_of(f"step:{run.parent_step_id}")
+        elif Run.objects.filter(pk=run.parent_id, status__in=Run.ACTIVE_STATUSES).exists():
+            # The parent records its delegate call just after this run ends.
+            raise ExportNotReady(f"run {run.pk}'s delegate call is not recorded yet")
+        else:
+            parent_span = span_id_of(f"run:{run.parent_id}")  # the call was never recorded
+        return trace_id, SpanContext(trace_id, parent_span, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+
+    def _timeline(
+        self, turns: dict[int, list[Step]], asked: dict[int, datetime]
+    ) -> tuple[dict[int, tuple[datetime, datetime]], dict[int, datetime]]:
+        """Each turn's model call window, and when each turn's calls were over."""
+        windows: dict[int, tuple[datetime, datetime]] = {}
+        over: dict[int, datetime] = {}
+        cursor = opened = self.run.started_at or self.run.created_at
+        waiting: list[int] = []  # model calls whose end is not known yet
+        for turn, steps in turns.items():
+            if not waiting:
+                opened = cursor
+            waiting.append(turn)
+            calls = [s for s in steps if s.kind == Step.Kind.TOOL_CALL and s.started_at]
+            boundaries = [s.started_at for s in calls] + ([asked[turn]] if turn in asked else [])
+            if boundaries:
+                _share(windows, waiting, opened, min(boundaries))
+                waiting = []
+                cursor = max([cursor, *boundaries, *(s.finished_at or s.started_at for s in calls)])
+            over[turn] = cursor
+        if waiting:
+            _share(windows, waiting, opened, max(self.run.finished_at or cursor, opened))
+        return windows, over
+
+    def _run_attributes(self, steps: list[Step]) -> dict[str, Any]:
+        run = self.run
+        applied = list(
+            AppliedStrategy.objects.filter(run=run)
+            .order_by("pk")
+            .values_list("strategy_version__strategy_id", "strategy_version__number", "arm")
+        )
+        trial = [(strategy, arm) for strategy, _, arm in applied if arm != AppliedStrategy.Arm.ACTIVE]
+        top = run.parent_id is None
+        values = {
+            **self.model,
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": run.task_kind,
+            # Trace-level for Langfuse and Phoenix: set by the top run only, for its whole trace.
+            "session.id": f"task-{run.task_id}" if top else None,
+            "user.id": str(run.task.created_by_id) if top and run.task.created_by_id else None,
+            "openinference.span.kind": "AGENT",
+            "langfuse.observation.type": "agent",
+            NS + "run.id": run.pk,
+            NS + "run.status": run.status,
+            NS + "run.outcome": run.outcome,
+            NS + "run.score": run.score,
+            NS + "run.step_count": run.step_count,
+            NS + "run.input_tokens": run.tokens_in,
+            NS + "run.output_tokens": run.tokens_out,
+            NS + "run.parent_id": run.parent_id,
+            NS + "run.retry_of": run.retry_of_id,
+            NS + "run.tool_selection": run.tool_selection,
+            NS + "run.tools_offered": [str(t) for t in run.tools_offered or []],
+            NS + "task.id": run.task_id,
+            NS + "task.kind": run.task_kind,
+            NS + "strategy.ids": [strategy for strategy, _, _ in applied],
+            NS + "strategy.versions": [number for _, number, _ in applied],
+            NS + "strategy.arms": [arm for _, _, arm in applied],
+            # A run takes part in one trial at most (strategies/injection.py).
+            NS + "trial.strategy_id": trial[0][0] if trial else None,
+            NS + "trial.arm": trial[0][1] if trial else None,
+        }
+        if self.content:
+            values |= {
+                "input.value": run.task.text,
+                "output.value": run.final_output,
+                "gen_ai.system_instructions": _json([{"type": "text", "content": run.system_prompt}])
+                if run.system_prompt
+                else None,
+            }
+        return values
+
+    def _evaluation_events(self) -> Iterable[tuple[str, dict[str, Any], datetime]]:
+        """The latest automatic round and every person's score, as gen_ai.evaluation.result."""
+        evaluations = list(Evaluation.objects.filter(run=self.run).order_by("round", "pk"))
+        automatic = [e.round for e in evaluations if e.kind != Evaluation.Kind.HUMAN]
+        latest = max(automatic, default=None)
+        for e in evaluations:
+            if e.kind != Evaluation.Kind.HUMAN and e.round != latest:
+                continue
+            failed = e.status == Evaluation.Status.FAILED
+            label = {True: "accomplished", False: "not_accomplished", None: None}[e.accomplished]
+            yield (
+                "gen_ai.evaluation.result",
+                {
+                    "gen_ai.evaluation.name": e.evaluator,
+                    "gen_ai.evaluation.score.value": e.score,
+                    "gen_ai.evaluation.score.label": "failed" if failed else label,
+                    "gen_ai.evaluation.explanation": e.feedback if self.content else None,
+                    "error.type": "evaluator_failed" if failed else None,
+                    NS + "evaluation.kind": e.kind,
+                    NS + "evaluation.round": e.round,
+                    NS + "evaluation.weight": e.weight,
+                },
+                e.created_at,
+            )
+
+    def _reflection_events(
+        self, steps: list[Step], over: dict[int, datetime]
+    ) -> Iterable[tuple[str, dict[str, Any], datetime]]:
+        for step in steps:
+            if step.kind == Step.Kind.REFLECTION:
+                values = {NS + "step.index": step.index, NS + "reflection": step.thought if self.content else None}
+                yield NS + "reflection", values, over[step.turn]
+
+    def _attempt_events(self, step: Step) -> list[tuple[str, dict[str, Any], datetime]]:
+        return [
+            (
+                NS + "attempt",
+                {
+                    NS + "attempt.number": a.number,
+                    NS + "attempt.duration_ms": a.duration_ms,
+                    NS + "attempt.retryable": a.retryable,
+                    "error.type": a.error_class or None,
+                    "exception.message": a.error if self.content else None,
+                },
+                a.started_at,
+            )
+            for a in step.attempt_rows.all()
+        ]
+
+    def _chat_span(self, root: SpanContext, turn: int, steps: list[Step], window: tuple[datetime, datetime]) -> None:
+        """The model call that began the turn. A reply made only of tool calls is recorded as those
+        calls, without a step of its own; its tokens are on the first of them."""
+        run = self.run
+        replies = [s for s in steps if s.kind in _MODEL_STEPS]
+        calls = [s for s in steps if s.kind == Step.Kind.TOOL_CALL]
+        failed = next((s for s in replies if s.kind == Step.Kind.MODEL_ERROR), None)
+        # The model call's tokens are on the first step of its turn: its reply, else its first
+        # tool call (feedback/agent/loop.py).
+        tokens_in = sum(s.tokens_in for s in steps) if steps else None
+        tokens_out = sum(s.tokens_out for s in steps) if steps else None
+        values = {
+            **self.model,
+            "gen_ai.operation.name": "chat",
+            "gen_ai.usage.input_tokens": tokens_in,
+            "gen_ai.usage.output_tokens": tokens_out,
+            "openinference.span.kind": "LLM",
+            "langfuse.observation.type": "generation",
+            "llm.model_name": run.model_name or None,
+            "llm.provider": self.model["gen_ai.provider.name"],
+            "llm.token_count.prompt": tokens_in,
+            "llm.token_count.completion": tokens_out,
+            "llm.token_count.total": tokens_in + tokens_out if steps else None,
+            NS + "turn": turn,
+            NS + "step.index": replies[0].index if replies else None,
+        }
+        if self.content and not failed:
+            text = "\n".join(s.thought for s in replies if s.thought)
+            parts = [{"type": "text", "content": text}] if text else []
+            parts += [
+                {"type": "tool_call", "id": c.tool_call_id, "name": c.tool_name, "arguments": c.arguments}
+                for c in calls
+            ]
+            finish = "tool_call" if calls else "stop"
+            values |= {
+                "gen_ai.output.messages": _json([{"role": "assistant", "parts": parts, "finish_reason": finish}]),
+                "output.value": text,
+            }
+        self._span(
+            f"chat:{run.pk}:{turn}",
+            f"chat {run.model_name}".strip(),
+            parent=root,
+            kind=SpanKind.CLIENT if run.llm_backend == "openai" else SpanKind.INTERNAL,
+            start=window[0],
+            end=window[1],
+            attributes=values,
+            events=[e for s in replies for e in self._attempt_events(s)],
+            error=(failed.error_class or "_OTHER") if failed else "",
+            error_message=failed.error if failed else "",
+        )
+
+    def _tool_span(self, root: SpanContext, step: Step, called_at: datetime, confirmation: str | None) -> None:
+        start = step.started_at or called_at
+        values = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": step.tool_name,
+            "gen_ai.tool.call.id": step.tool_call_id,
+            "gen_ai.tool.type": "function",
+            "gen_ai.conversation.id": str(self.run.pk),
+            "openinference.span.kind": "TOOL",
+            "langfuse.observation.type": "tool",
+            "tool.name": step.tool_name,
+            NS + "turn": step.turn,
+            NS + "step.index": step.index,
+            NS + "step.attempts": step.attempts,
+            NS + "step.cached": step.cached,
+            NS + "step.stale": step.stale or None,
+            NS + "step.served_by": step.served_by,
+            NS + "step.validation": step.validation_status,
+            NS + "confirmation.status": confirmation,
+        }
+        if self.content:
+            arguments = _json(step.arguments) if step.arguments is not None else None
+            result = _json(step.result) if step.success and step.result is not None else None
+            values |= {
+                "gen_ai.tool.call.arguments": arguments,
+                "gen_ai.tool.call.result": result,
+                "input.value": arguments,
+                "output.value": result if step.success else step.error,
+            }
+        self._span(
+            f"step:{step.pk}",
+            f"execute_tool {step.tool_name}",
+            parent=root,
+            kind=SpanKind.INTERNAL,
+            start=start,
+            end=step.finished_at or start,
+            attributes=values,
+            events=self._attempt_events(step),
+            error=(step.error_class or "_OTHER") if step.success is False else "",
+            error_message=step.error,
+        )
+
+
+def _run_error(run: Run) -> str:
+    if run.status == Run.Status.CANCELLED:
+        return "cancelled"
+    if run.status != Run.Status.FAILED:
+        return ""
+    return next((kind for start, kind in _RUN_ERRORS if run.error.startswith(start)), "_OTHER")
