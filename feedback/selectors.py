@@ -8,10 +8,13 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import (
     BooleanField,
+    Count,
     Exists,
     ExpressionWrapper,
     F,
+    Max,
     OuterRef,
+    Prefetch,
     Q,
     QuerySet,
     Subquery,
@@ -21,7 +24,18 @@ from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 
 from feedback.agent.prompts import build_system_prompt
-from feedback.models import AppliedStrategy, Evaluation, EvaluationProfile, Run, Step, Strategy, Workspace
+from feedback.models import (
+    AlertDelivery,
+    AlertIncident,
+    AlertRule,
+    AppliedStrategy,
+    Evaluation,
+    EvaluationProfile,
+    Run,
+    Step,
+    Strategy,
+    Workspace,
+)
 from feedback.models.run import NO_SCORE
 from feedback.strategies import injection
 
@@ -276,7 +290,6 @@ def run_evaluations(run: Run) -> QuerySet[Evaluation]:
 def strategy_prompt_diff(strategy: Strategy) -> dict:
     """The exact system prompt of a sample matching task, without and with the strategy."""
 
-
     version = strategy.current_version
     sample = strategy.evidence.select_related("task").order_by("-pk").first()
     if version is None or sample is None:
@@ -301,3 +314,23 @@ def strategy_detail(strategy_id: int) -> Strategy:
     return get_object_or_404(
         Strategy.objects.select_related("current_version", "current_version__author"), pk=strategy_id
     )
+
+
+def alert_incidents(*, state: str = "", rule: AlertRule | None = None) -> QuerySet[AlertIncident]:
+    """The alert history, newest first, each incident with its deliveries and their attempts."""
+    incidents = AlertIncident.objects.select_related("rule").prefetch_related(
+        Prefetch("deliveries", queryset=AlertDelivery.objects.prefetch_related("attempt_rows").order_by("id"))
+    )
+    if state:
+        incidents = incidents.filter(state=state)
+    if rule is not None:
+        incidents = incidents.filter(rule=rule)
+    return incidents.order_by("-opened_at", "-id")
+
+
+def alert_rules() -> QuerySet[AlertRule]:
+    """Every rule with its open incidents and when it last opened one."""
+    return AlertRule.objects.annotate(
+        open_incidents=Count("incidents", filter=Q(incidents__state=AlertIncident.State.OPEN)),
+        last_opened_at=Max("incidents__opened_at"),
+    ).order_by("name", "id")

@@ -54,7 +54,7 @@ def all_forms() -> list[type[django_forms.Form]]:
 def test_every_form_is_fuzzed():
     names = {f.__name__ for f in all_forms()}
     assert names >= {"TaskForm", "ConfirmationForm", "HumanScoreForm", "StrategyDecisionForm", "StrategyEditForm",
-                     "RunFilterForm", "MiningScheduleForm", "MetricsFilterForm"}  # fmt: skip
+                     "RunFilterForm", "MiningScheduleForm", "MetricsFilterForm", "AlertFilterForm"}  # fmt: skip
 
 
 def _bound(form_class, data: dict[str, list[str]], uploads: list[tuple[str, bytes]]):
@@ -97,6 +97,7 @@ def _view_cases():
         ("post", "feedback-run-score", "reviewer", list(feedback_forms.HumanScoreForm.base_fields)),
         ("get", "feedback-run-list", "operator", [*feedback_forms.RunFilterForm.base_fields, "after"]),
         ("get", "feedback-metrics", "operator", list(feedback_forms.MetricsFilterForm.base_fields)),
+        ("get", "feedback-alert-list", "operator", [*feedback_forms.AlertFilterForm.base_fields, "page"]),
         ("get", "feedback-run-detail", "operator", ["part", "after", "seen", "nested"]),
         ("get", "feedback-run-trace-json", "operator", ["step"]),
         ("get", "feedback-task-submit", "staff", ["kind"]),

@@ -1,4 +1,5 @@
 from .account import LoginFailures
+from .alert import AlertAttempt, AlertDelivery, AlertIncident, AlertRule
 from .evaluation import Evaluation, EvaluationProfile
 from .lock import JobLock
 from .run import AppliedStrategy, Run
@@ -9,6 +10,10 @@ from .task import Task, Workspace
 from .tool import ToolConfirmation, ToolSetting
 
 __all__ = [
+    "AlertAttempt",
+    "AlertDelivery",
+    "AlertIncident",
+    "AlertRule",
     "AppliedStrategy",
     "DailyRunStats",
     "DailyToolLatency",
