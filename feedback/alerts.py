@@ -297,9 +297,8 @@ def alerts_evaluate(*, now: datetime | None = None) -> None:
         except Exception:
             # One rule that cannot be evaluated (a query that fails) must not silence the others.
             logger.exception("alert rule %s could not be evaluated", rule.pk)
-    for incident in AlertIncident.objects.filter(state=AlertIncident.State.OPEN, rule__enabled=False).select_related(
-        "rule"
-    ):
+    disabled = AlertIncident.objects.filter(state=AlertIncident.State.OPEN, rule__enabled=False).select_related("rule")
+    for incident in disabled:
         incident_resolve(incident=incident, figures={"reason": "rule_disabled"}, now=now)
     alert_deliveries_resend()
 
@@ -373,7 +372,7 @@ def _percent(value: float | None) -> str:
 
 
 def _strategy_name(figures: dict) -> str:
-    return _("strategy #%(id)s “%(title)s”") % {"id": figures.get("strategy"), "title": figures.get("title", "")}
+    return _("Strategy #%(id)s “%(title)s”") % {"id": figures.get("strategy"), "title": figures.get("title", "")}
 
 
 STUCK_LABELS = {
@@ -508,6 +507,33 @@ def summary(incident: AlertIncident, *, resolved: bool = False) -> str:
     if kind == AlertRule.Kind.STUCK_QUEUE:
         return _stuck_summary(incident.subject, figures)
     return _rate_summary(kind, figures)
+
+
+def rule_condition(rule: AlertRule) -> str:
+    """A rule's condition and parameters, in words (the rules page)."""
+    if rule.kind == AlertRule.Kind.HARMFUL_TRIAL:
+        return _(
+            "A strategy on trial whose treatment is significantly worse (scores or a counter-metric), or whose "
+            "split of runs is mismatched; judged from %(runs)s assigned runs."
+        ) % {"runs": rule.min_runs}
+    if rule.kind == AlertRule.Kind.STUCK_QUEUE:
+        waits = [
+            (rule.queued_minutes, _lazy("queued longer than %(minutes)s minutes")),
+            (rule.heartbeat_minutes, _lazy("running with no heartbeat for %(minutes)s minutes")),
+            (rule.confirmation_minutes, _lazy("awaiting a confirmation longer than %(minutes)s minutes")),
+        ]
+        return "; ".join(str(text) % {"minutes": minutes} for minutes, text in waits if minutes)
+    score = rule.kind == AlertRule.Kind.SCORE_DROP
+    parts = [] if score else [str(rule.get_error_measure_display())]
+    parts += [str(rule.get_task_kind_display()), _("the last %(minutes)s minutes") % {"minutes": rule.window_minutes}]
+    if rule.threshold is not None:
+        parts.append((_("below %(value)s") if score else _("above %(value)s")) % {"value": f"{rule.threshold:g}"})
+    if rule.change is not None:
+        dropped = _("dropped by %(value)s against the window before")
+        risen = _("risen by %(value)s against the window before")
+        parts.append((dropped if score else risen) % {"value": f"{rule.change:g}"})
+    parts.append(_("judged from %(runs)s runs") % {"runs": rule.min_runs})
+    return "; ".join(parts)
 
 
 def dashboard_path(incident: AlertIncident) -> str:

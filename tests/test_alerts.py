@@ -19,7 +19,6 @@ from agentsite.celery import app
 from feedback import queue
 from feedback.alerts import alert_deliver, alerts_evaluate
 from feedback.models import (
-    AlertAttempt,
     AlertDelivery,
     AlertIncident,
     AlertRule,
@@ -126,7 +125,9 @@ def test_a_webhook_receiver_gets_one_open_and_one_resolve_post_per_incident_and_
     assert not verify("another rule's secret", opened)
 
     first = AlertIncident.objects.order_by("id").first()
-    assert opened.headers["X-Feedback-Event"] == "alert.open" and resolved.headers["X-Feedback-Event"] == "alert.resolve"
+    assert (
+        opened.headers["X-Feedback-Event"] == "alert.open" and resolved.headers["X-Feedback-Event"] == "alert.resolve"
+    )
     assert opened.json["state"] == "open" and resolved.json["state"] == "resolved"
     assert opened.json["incident"]["id"] == resolved.json["incident"]["id"] == first.pk
     assert opened.json["rule"] == {"id": rule.pk, "name": "Scores fell", "kind": "score_drop"}
@@ -387,20 +388,20 @@ def test_a_harmful_trial_opens_on_harm_and_on_a_mismatched_split_and_resolves_on
                                      "status": "rolled_back"}  # fmt: skip
 
 
+def _confirmation(run: Run, **fields) -> ToolConfirmation:
+    return ToolConfirmation.objects.create(run=run, turn=1, tool_call_id="c1", tool_name="send_reply", **fields)
+
+
 def test_a_stuck_queued_run_and_an_old_awaiting_confirmation_open_the_stuck_queue_rule(evaluate):
     _rule(STUCK_QUEUE, queued_minutes=15, heartbeat_minutes=5, confirmation_minutes=60)
     stuck = make_run(created_at=_minutes_ago(20))
     make_run(created_at=_minutes_ago(2))  # queued a moment ago
     # Queued again a minute ago, after a reviewer's approval: waiting since then, not since it was created.
     resumed = make_run(created_at=_minutes_ago(180), started_at=_minutes_ago(180))
-    ToolConfirmation.objects.create(run=resumed, turn=1, tool_call_id="c1", tool_name="send_reply",
-                                    status="approved", requested_at=_minutes_ago(120), decided_at=_minutes_ago(1))  # fmt: skip
+    _confirmation(resumed, requested_at=_minutes_ago(120), status="approved", decided_at=_minutes_ago(1))
     waiting = make_run(status=Run.Status.AWAITING_CONFIRMATION, created_at=_minutes_ago(180))
-    ToolConfirmation.objects.create(run=waiting, turn=1, tool_call_id="c1", tool_name="send_reply",
-                                    requested_at=_minutes_ago(120))  # fmt: skip
-    recent = make_run(status=Run.Status.AWAITING_CONFIRMATION)
-    ToolConfirmation.objects.create(run=recent, turn=1, tool_call_id="c1", tool_name="send_reply",
-                                    requested_at=_minutes_ago(10))  # fmt: skip
+    _confirmation(waiting, requested_at=_minutes_ago(120))
+    _confirmation(make_run(status=Run.Status.AWAITING_CONFIRMATION), requested_at=_minutes_ago(10))
     silent = make_run(status=Run.Status.RUNNING, started_at=_minutes_ago(30), heartbeat_at=_minutes_ago(10))
     make_run(status=Run.Status.RUNNING, started_at=_minutes_ago(30), heartbeat_at=_minutes_ago(0.05))
     evaluate()
@@ -486,19 +487,21 @@ def test_the_history_page_shows_incidents_newest_first_with_every_delivery_attem
 
 
 def test_the_rules_page_lists_each_rule_its_condition_and_channels_without_secrets(client, reviewer, admin_user):
+    slack = "https://hooks.slack.com/services/T000/B000/SECRETPATH"
     rule = _rule(SCORE_DROP, name="Arithmetic scores", task_kind="arithmetic", threshold=0.6, change=0.2,
-                 webhook_urls="https://hooks.slack.com/services/T000/B000/SECRETPATH", emails="ops@example.com")  # fmt: skip
+                 webhook_urls=slack, emails="ops@example.com")  # fmt: skip
     _stuck_rule(name="Queue", enabled=False)
     client.force_login(reviewer)
     html = client.get(reverse("feedback-alert-rule-list")).content.decode()
     row = html.split(f'id="alert-rule-{rule.pk}"')[1].split("</tr>")[0]
     assert "<td>Arithmetic scores</td>" in row and "<td>Score drop</td>" in row
-    assert "the last 60 minutes" in row and "below 0.6" in row and "dropped by 0.2" in row
+    assert "Arithmetic; the last 60 minutes; below 0.6; dropped by 0.2 against the window before; judged from 10" in row
     assert "https://hooks.slack.com/…" in row and "ops@example.com" in row
     assert "SECRETPATH" not in html and rule.secret not in html
-    assert "queued over 15 min" in html and '<span class="badge">No</span>' in html
+    assert ">queued longer than 15 minutes</td>" in html and '<span class="badge">No</span>' in html
     assert reverse("admin:feedback_alertrule_change", args=[rule.pk]) not in html  # not an administrator
     client.force_login(admin_user)
-    assert reverse("admin:feedback_alertrule_change", args=[rule.pk]) in client.get(
-        reverse("feedback-alert-rule-list")
-    ).content.decode()
+    assert (
+        reverse("admin:feedback_alertrule_change", args=[rule.pk])
+        in client.get(reverse("feedback-alert-rule-list")).content.decode()
+    )

@@ -28,7 +28,9 @@ def verify(secret: str, received: Received, *, tolerance: float = 300) -> bool:
     """The receiver's check (README, Alerts): HMAC-SHA256 of "<timestamp>.<body>", compared in
     constant time, and a timestamp within five minutes (a replayed old request is refused)."""
     timestamp = received.headers.get("X-Feedback-Timestamp", "")
-    expected = "sha256=" + hmac.new(secret.encode(), timestamp.encode() + b"." + received.body, hashlib.sha256).hexdigest()
+    expected = (
+        "sha256=" + hmac.new(secret.encode(), timestamp.encode() + b"." + received.body, hashlib.sha256).hexdigest()
+    )
     fresh = timestamp.isdigit() and abs(time.time() - int(timestamp)) < tolerance
     return fresh and hmac.compare_digest(expected, received.headers.get("X-Feedback-Signature", ""))
 
