@@ -463,6 +463,7 @@ def test_the_history_page_shows_incidents_newest_first_with_every_delivery_attem
     assert "No run queued longer than 15 minutes." in html
     assert "Average score 0.10 over the last 60 minutes (2 runs)" in html
     assert "Still open; the condition still held at" in html
+    assert f"&quot;oldest_run&quot;: {run.pk}," in html and "&quot;limit_minutes&quot;: 15" in html  # raw figures
     port = broken.url.split(":")[2].split("/")[0]
     for delivery in queued.deliveries.all():
         row = html.split(f'id="delivery-{delivery.pk}"')[1].split("</tr>")[0]
