@@ -214,6 +214,16 @@ EMAIL_BACKEND = env.str(
 EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", default=str(VAR_DIR / "mail"))
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="webmaster@localhost")
 
+# --- Alerts (feedback/alerts.py) -----------------------------------------------------------------
+# The dashboard's address as people reach it: the links in alert notifications start with it.
+SITE_URL = env.str("SITE_URL", default="http://127.0.0.1:8000").rstrip("/")
+# How long a webhook receiver, or the mail server, has to answer one attempt.
+ALERT_DELIVERY_TIMEOUT_SECONDS = env.float("ALERT_DELIVERY_TIMEOUT_SECONDS", default=10.0)
+# Attempts per notification (a webhook's 5xx, timeouts, unreachable receivers and mail servers
+# are retried), the first retry's wait, doubling after each.
+ALERT_DELIVERY_MAX_ATTEMPTS = env.int("ALERT_DELIVERY_MAX_ATTEMPTS", default=5)
+ALERT_RETRY_BACKOFF_SECONDS = env.float("ALERT_RETRY_BACKOFF_SECONDS", default=10.0)
+
 # --- Celery ----------------------------------------------------------------------------------
 _broker_dir = VAR_DIR / "broker"
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
@@ -248,6 +258,8 @@ CELERY_BEAT_SCHEDULE = {
     "check-trials": {"task": "feedback.tasks.strategy_trials_check_task", "schedule": 300.0},
     # A safety net under the per-run refreshes of the metric rollups (feedback/rollups.py).
     "refresh-daily-stats": {"task": "feedback.tasks.daily_stats_refresh_recent_task", "schedule": 900.0},
+    # Every enabled alert rule, its incidents opened and resolved (feedback/alerts.py).
+    "evaluate-alerts": {"task": "feedback.tasks.alerts_evaluate_task", "schedule": 60.0},
 }
 
 # --- The agent -------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from feedback import models, throttle
+from feedback.models.alert import new_secret
 
 
 class StepInline(admin.TabularInline):
@@ -138,3 +139,72 @@ class LoginFailuresAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False  # rows are the count of real failures only
+
+
+@admin.register(models.AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    """Alert rules are written here; beat evaluates them every minute (feedback/alerts.py)."""
+
+    list_display = ["name", "kind", "task_kind", "enabled", "updated_at"]
+    list_filter = ["kind", "enabled"]
+    list_editable = ["enabled"]
+    search_fields = ["name"]
+    readonly_fields = ["secret", "created_at", "updated_at"]
+    actions = ["rotate_secret"]
+    fieldsets = [
+        (None, {"fields": ["name", "kind", "enabled", "min_runs"]}),
+        (_("Score drop and error-rate rise"),
+         {"fields": ["task_kind", "window_minutes", "threshold", "change", "error_measure"]}),
+        (_("Stuck queue"), {"fields": ["queued_minutes", "heartbeat_minutes", "confirmation_minutes"]}),
+        (_("Delivery"), {"fields": ["webhook_urls", "emails", "secret"],
+                         "description": _("Every webhook POST is signed with the secret: see the README, Alerts.")}),
+        (None, {"fields": ["created_at", "updated_at"]}),
+    ]  # fmt: skip
+
+    @admin.action(description=_("Rotate the signing secret"), permissions=["change"])
+    def rotate_secret(self, request, queryset) -> None:
+        for rule in queryset:
+            rule.secret = new_secret()
+            rule.save(update_fields=["secret", "updated_at"])
+        self.message_user(request, _("New secrets: give them to the receivers."), messages.SUCCESS)
+
+
+class _ReadOnly(admin.ModelAdmin):
+    """What the evaluation and the deliveries recorded: read, never edited by hand."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class AlertDeliveryInline(admin.TabularInline):
+    model = models.AlertDelivery
+    extra = 0
+    fields = ["event", "channel", "target", "status", "attempts", "delivered_at"]
+    readonly_fields = fields
+    can_delete = False
+    show_change_link = True
+
+
+@admin.register(models.AlertIncident)
+class AlertIncidentAdmin(_ReadOnly):
+    list_display = ["rule", "subject", "state", "opened_at", "resolved_at"]
+    list_filter = ["state", "rule"]
+    inlines = [AlertDeliveryInline]
+
+
+class AlertAttemptInline(admin.TabularInline):
+    model = models.AlertAttempt
+    extra = 0
+    fields = ["number", "started_at", "duration_ms", "status_code", "outcome", "error"]
+    readonly_fields = fields
+    can_delete = False
+
+
+@admin.register(models.AlertDelivery)
+class AlertDeliveryAdmin(_ReadOnly):
+    list_display = ["incident", "event", "channel", "status", "attempts", "created_at"]
+    list_filter = ["status", "channel", "event"]
+    inlines = [AlertAttemptInline]

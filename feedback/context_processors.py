@@ -14,4 +14,5 @@ def roles(request: HttpRequest) -> dict:
         "can_decide": user.has_perm("feedback.decide_strategy"),
         "can_confirm": user.has_perm("feedback.confirm_toolconfirmation"),
         "can_score": user.has_perm("feedback.score_run"),
+        "can_view_alerts": user.has_perm("feedback.view_alertincident"),
     }

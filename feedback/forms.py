@@ -15,7 +15,7 @@ from feedback import throttle
 from feedback.agent.guardrails import check_guardrails
 from feedback.agent.tools import BUILTIN_TOOLS
 from feedback.cron import MIN_GAP_MINUTES, CronError, check_schedule
-from feedback.models import Run, Strategy, Task, Workspace
+from feedback.models import AlertIncident, AlertRule, Run, Strategy, Task, Workspace
 from feedback.selectors import workspaces_usable_by
 from feedback.strategies.conditions import check_condition
 
@@ -337,6 +337,19 @@ class RunFilterForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["tool"].choices = [("", _("Any")), *((name, name) for name in sorted(BUILTIN_TOOLS))]
         self.fields["strategy"].queryset = Strategy.objects.order_by("id")
+
+
+class AlertFilterForm(forms.Form):
+    """The alert history's filters (a GET form: a filtered history is a shareable URL)."""
+
+    state = forms.ChoiceField(label=_("State"), required=False, choices=[("", _("Any")), *AlertIncident.State.choices])
+    rule = forms.ModelChoiceField(label=_("Rule"), required=False, queryset=AlertRule.objects.none(),
+                                  empty_label=_("Any"))  # fmt: skip
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+        self.fields["rule"].queryset = AlertRule.objects.order_by("name", "id")
 
 
 class LoginForm(AuthenticationForm):

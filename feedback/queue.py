@@ -22,15 +22,18 @@ RUN_EXECUTE = "feedback.tasks.run_execute_task"
 RUN_EVALUATE = "feedback.tasks.run_evaluate_task"
 STRATEGIES_MINE = "feedback.tasks.strategies_mine_task"
 DEMO_LOOP = "feedback.tasks.demo_loop_task"
+ALERT_DELIVER = "feedback.tasks.alert_deliver_task"
 RUN_EXPORT = "feedback.tasks.run_export_task"
 # Telemetry, not state: what the broker lost of it is not sent again.
 _NOT_RESENT = {RUN_EXPORT}
 
 
-def _after_commit(name: str, *args: Any, **kwargs: Any) -> None:
+def _after_commit(name: str, *args: Any, countdown: float | None = None, **kwargs: Any) -> None:
+    options = {} if countdown is None else {"countdown": countdown}
+
     def send() -> None:
         try:
-            app.send_task(name, args, kwargs)
+            app.send_task(name, args, kwargs, **options)
         except (BrokerError, OSError):
             then = "is not sent again" if name in _NOT_RESENT else "will be sent again by the reaper"
             logger.warning("the broker is unavailable; %s%s %s", name, args, then)
@@ -67,3 +70,9 @@ def demo_loop(*, tasks_per_phase: int, lock_token: str) -> None:
     """Start the demo loop now. Raises when the broker cannot be reached: the caller holds a lock
     for the loop that it must give back then (there is no reaper for demo loops)."""
     app.send_task(DEMO_LOOP, (tasks_per_phase, lock_token))
+
+
+def alert_deliver(delivery_id: int, *, countdown: float | None = None) -> None:
+    """Have a worker make the next attempt of an alert's notification (``countdown``: a retry's
+    wait). A lost message is sent again by beat's evaluation of the alerts (alerts.py)."""
+    _after_commit(ALERT_DELIVER, delivery_id, countdown=countdown)

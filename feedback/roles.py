@@ -23,6 +23,10 @@ _OPERATOR_PERMS = [
     "view_strategyevent",
     "view_toolconfirmation",
     "view_metrics",
+    "view_alertrule",
+    "view_alertincident",
+    "view_alertdelivery",
+    "view_alertattempt",
 ]
 
 ROLE_PERMISSIONS: dict[str, list[str]] = {

@@ -9,10 +9,13 @@ from django.db import connection
 from django.db.models import (
     BooleanField,
     CharField,
+    Count,
     Exists,
     ExpressionWrapper,
     F,
+    Max,
     OuterRef,
+    Prefetch,
     Q,
     QuerySet,
     StringAgg,
@@ -24,6 +27,9 @@ from django.shortcuts import get_object_or_404
 
 from feedback.agent.prompts import build_system_prompt
 from feedback.models import (
+    AlertDelivery,
+    AlertIncident,
+    AlertRule,
     AppliedStrategy,
     Evaluation,
     EvaluationProfile,
@@ -358,3 +364,23 @@ def strategy_detail(strategy_id: int) -> Strategy:
     return get_object_or_404(
         Strategy.objects.select_related("current_version", "current_version__author"), pk=strategy_id
     )
+
+
+def alert_incidents(*, state: str = "", rule: AlertRule | None = None) -> QuerySet[AlertIncident]:
+    """The alert history, newest first, each incident with its deliveries and their attempts."""
+    incidents = AlertIncident.objects.select_related("rule").prefetch_related(
+        Prefetch("deliveries", queryset=AlertDelivery.objects.prefetch_related("attempt_rows").order_by("id"))
+    )
+    if state:
+        incidents = incidents.filter(state=state)
+    if rule is not None:
+        incidents = incidents.filter(rule=rule)
+    return incidents.order_by("-opened_at", "-id")
+
+
+def alert_rules() -> QuerySet[AlertRule]:
+    """Every rule with its open incidents and when it last opened one."""
+    return AlertRule.objects.annotate(
+        open_incidents=Count("incidents", filter=Q(incidents__state=AlertIncident.State.OPEN)),
+        last_opened_at=Max("incidents__opened_at"),
+    ).order_by("name", "id")

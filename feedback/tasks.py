@@ -8,6 +8,7 @@ from django.conf import settings
 
 from feedback.agent.checkpoint import reap_stale_runs, resend_lost_evaluations
 from feedback.agent.loop import execute_run
+from feedback.alerts import alert_deliver, alerts_evaluate
 from feedback.rollups import daily_stats_refresh_recent
 
 logger = logging.getLogger(__name__)
@@ -101,3 +102,16 @@ def task_scheduled_run_task(task_id: int) -> None:
 @shared_task(ignore_result=True)
 def daily_stats_refresh_recent_task() -> None:
     daily_stats_refresh_recent()
+
+
+@shared_task(ignore_result=True, soft_time_limit=300)
+def alerts_evaluate_task() -> None:
+    # Beat's every-minute job. Two at once (a second beat, a redelivery) open and resolve each
+    # incident once all the same: see feedback/alerts.py.
+    alerts_evaluate()
+
+
+@shared_task(ignore_result=True, soft_time_limit=120)
+def alert_deliver_task(delivery_id: int) -> None:
+    # One attempt; a failure that may pass queues the next one itself (after its backoff).
+    alert_deliver(delivery_id=delivery_id)

@@ -1,6 +1,18 @@
 from django.urls import path
 
-from feedback.views import confirmations, evaluation, health, home, metrics, runs, schedules, strategies, tasks, trace
+from feedback.views import (
+    alerts,
+    confirmations,
+    evaluation,
+    health,
+    home,
+    metrics,
+    runs,
+    schedules,
+    strategies,
+    tasks,
+    trace,
+)
 
 urlpatterns = [
     path("", home.home, name="feedback-home"),
@@ -31,6 +43,8 @@ urlpatterns = [
     path("strategies/<int:strategy_id>/decide/", strategies.strategy_decide, name="feedback-strategy-decide"),
     path("strategies/<int:strategy_id>/edit/", strategies.strategy_edit, name="feedback-strategy-edit"),
     path("confirmations/", confirmations.confirmation_list, name="feedback-confirmation-list"),
+    path("alerts/", alerts.alert_list, name="feedback-alert-list"),
+    path("alerts/rules/", alerts.alert_rule_list, name="feedback-alert-rule-list"),
     path(
         "confirmations/<int:confirmation_id>/decide/",
         confirmations.confirmation_decide,

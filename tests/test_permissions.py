@@ -49,6 +49,9 @@ ACCESS = [
     ("feedback-metrics", "get", None, [LOGIN, 403, 403, 200, 200]),
     ("feedback-schedule-list", "get", None, [LOGIN, 403, 200, 200, 200]),
     ("feedback-schedule-toggle", "post", "schedule", [LOGIN, 403, 403, 403, 302]),
+    # Alerts: the history and the rules are read by operators and reviewers; rules are edited in the admin.
+    ("feedback-alert-list", "get", None, [LOGIN, 403, 403, 200, 200]),
+    ("feedback-alert-rule-list", "get", None, [LOGIN, 403, 403, 200, 200]),
     # The project's own pages (agentsite/urls.py): accounts and the language switcher. Logging in
     # and resetting a forgotten password need no session; changing it needs one.
     ("login", "get", None, [200, 200, 200, 200, 200]),

@@ -1,4 +1,5 @@
 from .account import LoginFailures
+from .alert import AlertAttempt, AlertDelivery, AlertIncident, AlertRule
 from .cost import ModelPrice
 from .evaluation import Evaluation, EvaluationProfile
 from .lock import JobLock
@@ -10,6 +11,10 @@ from .task import Task, Workspace
 from .tool import ToolConfirmation, ToolSetting
 
 __all__ = [
+    "AlertAttempt",
+    "AlertDelivery",
+    "AlertIncident",
+    "AlertRule",
     "AppliedStrategy",
     "DailyRunStats",
     "DailyToolLatency",
