@@ -306,6 +306,19 @@ class MiningScheduleForm(forms.Form):
     every_minutes = forms.IntegerField(label=_("Mine failures every (minutes)"), min_value=1, max_value=7 * 24 * 60)
 
 
+class RunCompareForm(forms.Form):
+    """The two runs of a comparison, from the URL; the second one is chosen on the page."""
+
+    a = forms.IntegerField(label=_("Run"), min_value=1, max_value=2**63 - 1)
+    b = forms.IntegerField(label=_("Compared with run"), min_value=1, max_value=2**63 - 1, required=False)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("a") is not None and data.get("a") == data.get("b"):
+            self.add_error("b", _("Choose another run: a run compared with itself shows no difference."))
+        return data
+
+
 class RunFilterForm(forms.Form):
     """The run list's filters; a GET form, so a filtered list is a shareable URL."""
 

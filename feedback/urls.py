@@ -2,6 +2,7 @@ from django.urls import path
 
 from feedback.views import (
     alerts,
+    compare,
     confirmations,
     evaluation,
     health,
@@ -22,6 +23,7 @@ urlpatterns = [
     path("schedules/<int:schedule_id>/toggle/", schedules.schedule_toggle, name="feedback-schedule-toggle"),
     path("runs/", runs.run_list, name="feedback-run-list"),
     path("runs/poll/", runs.run_list_poll, name="feedback-run-list-poll"),
+    path("runs/compare/", compare.run_compare, name="feedback-run-compare"),
     path("runs/<int:run_id>/", runs.run_detail, name="feedback-run-detail"),
     # The run page's parts, one per URL: what its poller and its loaders ask for.
     path("runs/<int:run_id>/summary/", runs.run_summary, name="feedback-run-summary"),

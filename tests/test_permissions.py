@@ -30,6 +30,7 @@ ACCESS = [
     ("feedback-run-evaluations", "get", "run", [LOGIN, 403, 403, 200, 200]),
     ("feedback-run-child", "get", "run", [LOGIN, 403, 403, 200, 200]),
     ("feedback-run-list-poll", "get", None, [LOGIN, 403, 200, 200, 200]),
+    ("feedback-run-compare", "get", None, [LOGIN, 403, 200, 200, 200]),
     ("feedback-run-trace-json", "get", "run", [LOGIN, 403, 403, 200, 200]),
     ("feedback-run-cancel", "post", "run", [LOGIN, 403, 403, 403, 302]),
     ("feedback-run-rerun", "post", "run", [LOGIN, 403, 403, 403, 403]),
