@@ -1,6 +1,7 @@
 from .account import LoginFailures
 from .evaluation import Evaluation, EvaluationProfile
 from .lock import JobLock
+from .mcp import McpServer, McpToolOverride
 from .run import AppliedStrategy, Run
 from .stats import DailyRunStats, DailyToolLatency, DailyToolStats
 from .step import Step, StepAttempt
@@ -17,6 +18,8 @@ __all__ = [
     "EvaluationProfile",
     "JobLock",
     "LoginFailures",
+    "McpServer",
+    "McpToolOverride",
     "Run",
     "Step",
     "StepAttempt",
