@@ -3,7 +3,7 @@
     python tests/mcp_server.py stdio [--many]
     python tests/mcp_server.py http PORT [--many]
 
-Its tools behave well (add, echo, whoami, write_note, lookup_customer, refund_order) or badly on purpose:
+Its tools behave well (add, echo, pid, whoami, write_note, lookup_customer, refund_order) or badly on purpose:
 crash (the process exits mid-call), hang (never answers), fail (an error result), malformed (a
 reply that is not a CallToolResult). ``--many`` adds 45 tools of a made-up company's systems, for
 tool retrieval. Not our code under test: a stand-in for a team's own server.
@@ -42,6 +42,12 @@ def add(a: int, b: int) -> int:
 def echo(text: str) -> str:
     """Repeat the text back."""
     return text
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def pid() -> int:
+    """Tell the server's process id."""
+    return os.getpid()
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))

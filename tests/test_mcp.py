@@ -98,15 +98,16 @@ def test_a_server_that_crashes_mid_call_is_a_failed_step_and_the_run_goes_on(mcp
 
 def test_a_server_that_hangs_is_stopped_at_the_timeout(mcp_stdio):
     McpToolOverride.objects.create(server=mcp_stdio, tool="hang", timeout_seconds=1)
-    model = calls_then_answer(tool_call("team__hang"), tool_call("team__add", a=2, b=2), answer="4")
-    run = run_loop(make_run(text="Hang, then add"), model)
+    model = calls_then_answer(tool_call("team__pid"), tool_call("team__hang"), tool_call("team__pid"), answer="ok")
+    run = run_loop(make_run(text="Hang"), model)
 
     assert run.status == Run.Status.SUCCEEDED, run.error
-    hung, added = mcp_steps(run)
+    before, hung, after = mcp_steps(run)
     assert hung.success is False
     assert hung.error == "MCP server 'team' did not answer hang within 1 s."
-    assert added.success and added.result == {"result": 4}
-    assert mcp_server_processes() == []  # the hung process was stopped, not left running
+    assert before.success and after.success
+    assert before.result != after.result  # the hung server was let go: the next call started a new one
+    assert mcp_server_processes() == []  # and neither is left running
 
 
 def test_an_error_result_is_a_failed_step_with_the_servers_message(mcp_stdio):
@@ -223,6 +224,18 @@ def test_layer_1_rules_apply_to_an_mcp_tool(mcp_stdio):
     assert step.validation["status"] == "fail"
 
 
+def test_a_server_never_listed_is_listed_when_a_run_starts(mcp_stdio, settings):
+    stale = McpServer.objects.create(name="fresh", command=mcp_stdio.command, args=mcp_stdio.args)
+    assert stale.listed_at is None and stale.tool_listing == []
+
+    run = run_loop(make_run(text="Add"), calls_then_answer(tool_call("fresh__add", a=1, b=2)))
+
+    (step,) = mcp_steps(run)
+    assert step.success and step.result == {"result": 3}
+    stale.refresh_from_db()
+    assert stale.listed_at is not None and "add" in {t["name"] for t in stale.tool_listing}
+
+
 def test_mcp_tool_names_never_collide_with_built_ins(mcp_stdio):
     listing = [*mcp_stdio.tool_listing, {"name": "calculator", "description": "x", "input_schema": {"type": "object"}}]
     listing.append({"name": "has.dot", "description": "x", "input_schema": {"type": "object"}})
@@ -292,7 +305,7 @@ def test_the_admin_tests_a_connection_and_lists_the_tools(client, mcp_stdio):
     )
 
     text = response.content.decode()
-    assert "Team answered with 10 tools; offered: team__add, team__echo, team__whoami, team__write_note" in text
+    assert "Team answered with 11 tools; offered: team__add, team__echo, team__pid, team__whoami, team__write" in text
     assert "Team__crash is not offered: disabled by an override." in text
     assert (
         "Broken: could not list its tools. MCP server &#x27;broken&#x27; could not be started "
