@@ -286,6 +286,9 @@ TOOL_RETRIEVAL_LIMIT = env.int("TOOL_RETRIEVAL_LIMIT", default=10)
 TOOL_BREAKER_FAILURES = env.int("TOOL_BREAKER_FAILURES", default=5)
 TOOL_BREAKER_RESET_SECONDS = env.float("TOOL_BREAKER_RESET_SECONDS", default=30.0)
 TOOL_BACKOFF_SECONDS = env.float("TOOL_BACKOFF_SECONDS", default=0.2)
+# A run lists an MCP server's tools again when its stored listing is older than this (0: only
+# when an operator tests the server in the admin).
+MCP_TOOLS_REFRESH_SECONDS = env.int("MCP_TOOLS_REFRESH_SECONDS", default=3600)
 HTTP_GET_ALLOWED_HOSTS = env.list("HTTP_GET_ALLOWED_HOSTS", default=[])
 # A running run whose heartbeat is older than this lost its worker; the reaper re-queues it.
 RUN_HEARTBEAT_SECONDS = env.float("RUN_HEARTBEAT_SECONDS", default=5.0)

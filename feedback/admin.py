@@ -1,8 +1,11 @@
 from django.contrib import admin, messages
+from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
-from feedback import models, throttle
+from feedback import models, services, throttle
+from feedback.agent.tools import ToolError
+from feedback.agent.tools.mcp import listed_tools
 from feedback.models.alert import new_secret
 
 
@@ -101,6 +104,88 @@ class ModelPriceAdmin(admin.ModelAdmin):
 class ToolSettingAdmin(admin.ModelAdmin):
     list_display = ["name", "enabled", "timeout_seconds"]
     list_editable = ["enabled"]
+
+
+class McpToolOverrideInline(admin.TabularInline):
+    model = models.McpToolOverride
+    extra = 0
+    fields = ["tool", "enabled", "sensitive", "timeout_seconds", "result_rules"]
+
+
+# Changing any of these reaches another server (or the same one otherwise): list its tools again.
+_MCP_CONNECTION_FIELDS = {"transport", "command", "args", "env", "url", "headers", "timeout_seconds"}
+
+
+@admin.register(models.McpServer)
+class McpServerAdmin(admin.ModelAdmin):
+    """MCP servers whose tools the agent may call; *Test connection* lists their tools."""
+
+    list_display = ["name", "transport", "enabled", "timeout_seconds", "offered", "listed_at", "list_error"]
+    list_editable = ["enabled"]
+    list_filter = ["transport", "enabled"]
+    readonly_fields = ["listed_at", "list_error", "tools"]
+    inlines = [McpToolOverrideInline]
+    actions = ["test_connection"]
+
+    @admin.display(description=_("tools offered"))
+    def offered(self, server: models.McpServer) -> str:
+        rows = listed_tools(server)
+        return f"{sum(r.offered for r in rows)} / {len(rows)}" if server.listed_at else "—"
+
+    @admin.display(description=_("tools (last listing)"))
+    def tools(self, server: models.McpServer):
+        rows = listed_tools(server) if server.pk else []
+        if not rows:
+            return gettext("None listed yet: use the action “Test connection and list tools”.")
+        lines = format_html_join(
+            "",
+            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((r.name, r.description, self._status(r), gettext("read-only") if r.read_only else "") for r in rows),
+        )
+        head = (gettext("offered as"), gettext("description"), gettext("status"), gettext("server's hint"))
+        return format_html("<table><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>{}</table>", *head, lines)
+
+    @staticmethod
+    def _status(row) -> str:
+        if not row.offered:
+            return gettext("not offered: %(why)s") % {"why": row.note}
+        return gettext("offered, sensitive") if row.sensitive else gettext("offered")
+
+    @admin.action(description=_("Test connection and list tools"))
+    def test_connection(self, request, queryset) -> None:
+        for server in queryset:
+            self._list(request, server)
+
+    def _list(self, request, server: models.McpServer) -> None:
+        try:
+            rows = services.mcp_server_list_tools(server=server)
+        except ToolError as exc:
+            self.message_user(
+                request,
+                gettext("%(server)s: could not list its tools. %(error)s") % {"server": server.name, "error": exc},
+                messages.ERROR,
+            )
+            return
+        offered = [r.name for r in rows if r.offered]
+        message = ngettext(
+            "%(server)s answered with %(count)d tool; offered: %(offered)s.",
+            "%(server)s answered with %(count)d tools; offered: %(offered)s.",
+            len(rows),
+        ) % {"server": server.name, "count": len(rows), "offered": ", ".join(offered) or "—"}
+        self.message_user(request, message, messages.SUCCESS)
+        for row in rows:
+            if not row.offered:
+                why = gettext("%(tool)s is not offered: %(why)s") % {"tool": row.name, "why": row.note}
+                self.message_user(request, why, messages.WARNING)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("overrides")
+
+    def save_related(self, request, form, formsets, change) -> None:
+        super().save_related(request, form, formsets, change)
+        server = form.instance
+        if server.enabled and (not server.listed_at or _MCP_CONNECTION_FIELDS & set(form.changed_data)):
+            self._list(request, server)
 
 
 @admin.register(models.ToolConfirmation)

@@ -16,9 +16,10 @@ from django.utils import timezone
 
 from feedback import queue
 from feedback.agent.sandbox import SandboxError, resolve
+from feedback.agent.tools.mcp import ListedTool, list_and_store, listed_tools
 from feedback.cron import check_schedule
 from feedback.evaluation.chain import composite_score, run_outcome
-from feedback.models import Evaluation, Run, Task, ToolConfirmation, Workspace
+from feedback.models import Evaluation, McpServer, Run, Task, ToolConfirmation, Workspace
 from feedback.privacy import mask_text
 
 if TYPE_CHECKING:
@@ -278,3 +279,11 @@ def run_reevaluate(*, run: Run, user: AbstractBaseUser) -> int:
     next_round = (run.evaluations.aggregate(r=Max("round"))["r"] or 0) + 1
     queue.run_evaluate(run.pk, expected_round=next_round)
     return next_round
+
+
+def mcp_server_list_tools(*, server: McpServer) -> list[ListedTool]:
+    """Connect to the server, keep its tool listing, and say which of its tools runs are offered.
+    Raises ToolError, whose message says what went wrong, when it cannot be listed (the last
+    listing stays, with the error beside it)."""
+    list_and_store(server)
+    return listed_tools(server)

@@ -1,4 +1,9 @@
 import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -106,3 +111,89 @@ def sent_tasks(monkeypatch):
 
     monkeypatch.setattr(app, "send_task", send_task)
     return sent
+
+
+MCP_SERVER = Path(__file__).parent / "mcp_server.py"
+
+
+def mcp_server_processes(parent: int | None = None) -> list[tuple[int, str]]:
+    """(pid, state) of the processes running tests/mcp_server.py, and of any zombie, whose parent
+    is ``parent`` (this process by default): what an MCP session would leave behind."""
+    parent = parent or os.getpid()
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue  # it ended while we looked
+        state, ppid = fields[0], int(fields[1])
+        if ppid == parent and (b"mcp_server.py" in command or state == "Z"):
+            found.append((int(stat.parent.name), state))
+    return found
+
+
+class McpHttpProcess:
+    """tests/mcp_server.py serving streamable HTTP on a free port, as a process of its own."""
+
+    def __init__(self, *flags: str) -> None:
+        from .net import free_port
+
+        self.port = free_port()
+        self.flags = flags
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "McpHttpProcess":
+        command = [sys.executable, str(MCP_SERVER), "http", str(self.port), *self.flags]
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                assert self.process.poll() is None, "the MCP test server exited at start"
+                time.sleep(0.1)
+        raise RuntimeError("the MCP test server did not start listening")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=20)
+
+
+def register_mcp_server(name: str = "team", *flags: str, url: str = "", **fields):
+    """tests/mcp_server.py registered as an operator would (stdio unless a URL is given), listed."""
+    from feedback import services
+    from feedback.models import McpServer
+
+    if url:
+        fields.update(transport=McpServer.Transport.HTTP, url=url)
+    else:
+        fields.update(command=sys.executable, args=[str(MCP_SERVER), "stdio", *flags])
+    server = McpServer.objects.create(name=name, timeout_seconds=30, **fields)
+    services.mcp_server_list_tools(server=server)
+    server.refresh_from_db()
+    return server
+
+
+@pytest.fixture
+def mcp_stdio(db, settings):
+    """The test MCP server over stdio, registered as "team" (the worker starts it per run)."""
+    settings.TOOL_RETRIEVAL_THRESHOLD = 100  # every tool is offered (retrieval has tests of its own)
+    return register_mcp_server("team")
+
+
+@pytest.fixture
+def mcp_http_process():
+    process = McpHttpProcess().start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def mcp_http(db, settings, mcp_http_process):
+    """The test MCP server over streamable HTTP, registered as "remote"."""
+    settings.TOOL_RETRIEVAL_THRESHOLD = 100
+    return register_mcp_server("remote", url=mcp_http_process.url)

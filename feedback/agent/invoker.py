@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 import jsonschema
+import referencing.exceptions
 from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
@@ -118,6 +119,9 @@ def parse_arguments(raw: str, tool: Tool) -> dict[str, Any]:
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
         raise ToolError(f"Invalid arguments for {tool.name} ({where}): {exc.message}") from exc
+    except (jsonschema.SchemaError, referencing.exceptions.Unresolvable) as exc:
+        # A schema from outside (an MCP server's) that cannot be used: the call fails, not the run.
+        raise ToolError(f"The parameters' schema of {tool.name} cannot be used: {exc}") from exc
     return arguments
 
 

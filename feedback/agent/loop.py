@@ -33,6 +33,7 @@ from .recorder import Recorder, retrying, storable
 from .reflection import reflect
 from .retrieval import select_tools
 from .tools import Tool, ToolContext, ToolError, enabled_tools
+from .tools.mcp import release_run
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ class AgentLoop:
         return ""
 
     def _finish(self, status: str, *, output: str = "", error: str = "") -> None:
+        release_run(self.run.pk)  # before the run shows as ended: nothing of it runs after that
         # The loop is the plan's only writer: this is the stored one.
         plan = _plan_at_end(self.run.plan or [], status)
         self.record.update_run(status=status, final_output=output, error=error, finished_at=timezone.now(), plan=plan)
@@ -125,6 +127,15 @@ class AgentLoop:
 
     # --- the loop -------------------------------------------------------------------------
     def execute(self) -> None:
+        try:
+            self._execute()
+        finally:
+            # The run's MCP sessions end with its execution, however it ends (an answer, a
+            # failure, a pause for a confirmation: before its status says so; a crash: here), so
+            # no server process outlives it.
+            release_run(self.run.pk)
+
+    def _execute(self) -> None:
         # _prepare writes the system prompt before any step or confirmation exists: a run
         # without one has neither, and its first turn needs no reads of them.
         fresh = not self.run.system_prompt
@@ -320,6 +331,7 @@ class AgentLoop:
                 ),
                 what="asking for a confirmation",
             )
+        release_run(self.run.pk)
         self.record.update_run(status=Run.Status.AWAITING_CONFIRMATION, worker="")
         logger.info("run waits for confirmation of %s", ", ".join(c.name for c in calls))
         raise Paused

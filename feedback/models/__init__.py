@@ -3,6 +3,7 @@ from .alert import AlertAttempt, AlertDelivery, AlertIncident, AlertRule
 from .cost import ModelPrice
 from .evaluation import Evaluation, EvaluationProfile
 from .lock import JobLock
+from .mcp import McpServer, McpToolOverride
 from .run import AppliedStrategy, Run
 from .stats import DailyRunStats, DailyToolLatency, DailyToolStats
 from .step import Step, StepAttempt
@@ -23,6 +24,8 @@ __all__ = [
     "EvaluationProfile",
     "JobLock",
     "LoginFailures",
+    "McpServer",
+    "McpToolOverride",
     "ModelPrice",
     "Run",
     "Step",

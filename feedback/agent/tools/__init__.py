@@ -1,7 +1,8 @@
 """The tool registry: every tool the agent may call, with its JSON Schema and policy.
 
-Operators enable or disable tools and override timeouts in the admin (ToolSetting); the
-registry reads those settings at each run, so no restart is needed.
+Operators enable or disable tools and override timeouts in the admin (ToolSetting), and register
+MCP servers whose tools join the built-ins (McpServer, see .mcp); the registry reads both at
+each run, so no restart is needed.
 """
 
 from dataclasses import replace
@@ -13,6 +14,7 @@ from .calculator import CALCULATOR, calculator
 from .engine import DELEGATE, UPDATE_PLAN, delegate, update_plan
 from .files import LIST_DIRECTORY, READ_TEXT_FILE, list_directory, read_text_file
 from .http import HTTP_GET, http_get
+from .mcp import mcp_tools
 from .outbox import SEND_REPLY, send_reply
 from .text import ANALYZE_TEXT, analyze_text
 
@@ -103,7 +105,8 @@ BUILTIN_TOOLS: dict[str, Tool] = {
 
 
 def enabled_tools() -> dict[str, Tool]:
-    """The registry as operators configured it right now (enabled flag, timeout override)."""
+    """The registry as operators configured it right now (enabled flag, timeout override), with
+    the tools of the enabled MCP servers (named ``<server>__<tool>``: never a built-in's name)."""
 
     overrides = {s.name: s for s in ToolSetting.objects.all()}
     tools = {}
@@ -117,6 +120,7 @@ def enabled_tools() -> dict[str, Tool]:
             # Operators add layer-1 rules in the admin, on top of the tool's own.
             tool = replace(tool, result_rules=(*tool.result_rules, *setting.config["result_rules"]))
         tools[name] = tool
+    tools.update(mcp_tools())
     return tools
 
 
