@@ -1,6 +1,18 @@
 from django.urls import path
 
-from feedback.views import confirmations, evaluation, health, home, metrics, runs, schedules, strategies, tasks, trace
+from feedback.views import (
+    confirmations,
+    evaluation,
+    health,
+    home,
+    metrics,
+    runs,
+    schedules,
+    strategies,
+    tasks,
+    tokens,
+    trace,
+)
 
 urlpatterns = [
     path("", home.home, name="feedback-home"),
@@ -30,4 +42,6 @@ urlpatterns = [
         confirmations.confirmation_decide,
         name="feedback-confirmation-decide",
     ),
+    path("api-tokens/", tokens.api_token_list, name="feedback-api-tokens"),
+    path("api-tokens/<int:token_id>/revoke/", tokens.api_token_revoke, name="feedback-api-token-revoke"),
 ]

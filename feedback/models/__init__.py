@@ -6,9 +6,11 @@ from .stats import DailyRunStats, DailyToolLatency, DailyToolStats
 from .step import Step, StepAttempt
 from .strategy import Strategy, StrategyEvent, StrategyVersion
 from .task import Task, Workspace
+from .token import ApiToken
 from .tool import ToolConfirmation, ToolSetting
 
 __all__ = [
+    "ApiToken",
     "AppliedStrategy",
     "DailyRunStats",
     "DailyToolLatency",
