@@ -58,6 +58,12 @@ def test_a_revoked_token_stops_working_at_once(client, staff):
     assert refused["WWW-Authenticate"] == 'Bearer realm="api"'
 
 
+@pytest.mark.parametrize("header", ["Basic dXNlcjpwdw==", "Bearer", "Token afb_x", "Bearer " + "a" * 300, "bearer"])
+def test_a_malformed_authorization_header_is_a_401_not_a_crash(client, header):
+    response = client.get("/api/v1/me", headers={"Authorization": header})
+    assert response.status_code == 401 and response.json() == {"detail": "The token is not valid."}
+
+
 def test_a_session_is_not_a_token_and_a_deactivated_account_s_token_is_refused(client, reviewer):
     client.force_login(reviewer)  # a browser's session is no credential for the API
     assert call(client, "GET", "/me").status_code == 401
@@ -192,7 +198,8 @@ def test_a_bad_decision_is_400_and_changes_nothing(client, reviewer, body, field
 @pytest.mark.parametrize(
     ("query", "field"),
     [("status=lost", "status"), ("score_min=2", "score_min"), ("error=zz", "error"), ("tool=shell", "tool"),
-     ("strategy=999999", "strategy"), ("since=2026-13-01", "since"), ("limit=0", "limit"), ("limit=101", "limit"),
+     ("strategy=999999", "strategy"), ("since=2026-13-01", "since"), ("until=0", "until"), ("limit=0", "limit"),
+     ("limit=101", "limit"),
      ("stauts=failed", "stauts"), ("cursor=not-a-cursor", "cursor"), ("q=a%00b", "q")],
 )  # fmt: skip
 def test_a_bad_run_filter_is_400_naming_it(client, operator, query, field):

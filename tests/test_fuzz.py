@@ -54,7 +54,7 @@ def all_forms() -> list[type[django_forms.Form]]:
 def test_every_form_is_fuzzed():
     names = {f.__name__ for f in all_forms()}
     assert names >= {"TaskForm", "ConfirmationForm", "HumanScoreForm", "StrategyDecisionForm", "StrategyEditForm",
-                     "RunFilterForm", "MiningScheduleForm", "MetricsFilterForm"}  # fmt: skip
+                     "RunFilterForm", "MiningScheduleForm", "MetricsFilterForm", "ApiTokenForm"}  # fmt: skip
 
 
 def _bound(form_class, data: dict[str, list[str]], uploads: list[tuple[str, bytes]]):

@@ -55,12 +55,12 @@ class BearerToken(HttpAuthBase):
         failures = _rate("API_AUTH_FAILURE_LIMIT")
         if failures is not None and (wait := limits.exceeded(f"auth-failures:{address}", failures)):
             raise throttled(wait)
-        raw = self._raw(request)
-        if raw is None:
+        header = request.headers.get("Authorization", "").strip()
+        if not header:
             # No credentials is no guess: it is not counted against the address.
             raise unauthorized(_("Send a token: Authorization: Bearer <token>."))
         try:
-            token = api_token_authenticate(raw)
+            token = api_token_authenticate(_bearer(header))
         except TokenRefused as refused:
             if failures is not None:
                 limits.count(f"auth-failures:{address}", failures)
@@ -70,16 +70,14 @@ class BearerToken(HttpAuthBase):
             raise throttled(wait)
         return token
 
-    def _raw(self, request: HttpRequest) -> str | None:
-        """The token sent, None when none was; TokenRefused for one that cannot be ours."""
-        header = request.headers.get("Authorization", "").strip()
-        if not header:
-            return None
-        scheme, _space, raw = header.partition(" ")
-        raw = raw.strip()
-        if scheme.lower() != "bearer" or not raw or len(raw) > MAX_TOKEN_LENGTH:
-            raise TokenRefused(_("The token is not valid."))
-        return raw
+
+def _bearer(header: str) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header; TokenRefused for anything else."""
+    scheme, _space, raw = header.partition(" ")
+    raw = raw.strip()
+    if scheme.lower() != "bearer" or not raw or len(raw) > MAX_TOKEN_LENGTH:
+        raise TokenRefused(_("The token is not valid."))
+    return raw
 
 
 def token_of(request: HttpRequest) -> ApiToken:

@@ -64,7 +64,7 @@ def list_runs(request: HttpRequest, filters: Query[RunQuery]) -> dict:
     }
 
 
-@router.get("/runs/{run_id}", response={200: RunOut, **refusals(404)}, summary="Read a run")
+@router.get("/runs/{run_id}", response={200: RunOut, **refusals(400, 404)}, summary="Read a run")
 def read_run(request: HttpRequest, run_id: int) -> dict:
     """Status, outcome, score, answer, error, times, tokens, the exact system prompt, the
     strategies applied (and their trial arm) and every evaluation, newest round first."""
@@ -72,7 +72,7 @@ def read_run(request: HttpRequest, run_id: int) -> dict:
     return present.run_detail(_visible_run(request, run_id))
 
 
-@router.get("/runs/{run_id}/steps", response={200: StepPageOut, **refusals(404)}, summary="Read a run's trace")
+@router.get("/runs/{run_id}/steps", response={200: StepPageOut, **refusals(400, 404)}, summary="Read a run's trace")
 def list_steps(request: HttpRequest, run_id: int, page: Query[StepQuery]) -> dict:
     """The trace's steps in order, with the attempts of every call that needed more than one (or
     failed), a page at a time by step index: pass ``next_after`` as ``after`` while ``has_more``.
@@ -89,14 +89,14 @@ def list_steps(request: HttpRequest, run_id: int, page: Query[StepQuery]) -> dic
     }
 
 
-@router.get("/runs/{run_id}/steps/{index}", response={200: StepOut, **refusals(404)}, summary="Read one step")
+@router.get("/runs/{run_id}/steps/{index}", response={200: StepOut, **refusals(400, 404)}, summary="Read one step")
 def read_step(request: HttpRequest, run_id: int, index: int) -> dict:
     _require_run_reader(request)
     run = _visible_run(request, run_id)
     return traces.step_as_dict(get_object_or_404(run.steps.prefetch_related("attempt_rows", "child_runs"), index=index))
 
 
-@router.post("/runs/{run_id}/score", response={201: ScoreOut, **refusals(400, 404)}, summary="Score a run")
+@router.post("/runs/{run_id}/score", response={201: ScoreOut, **refusals(400, 404, 413)}, summary="Score a run")
 def score_run(request: HttpRequest, run_id: int, payload: ScoreIn) -> Status:
     """A reviewer's score (0-1) and, optionally, verdict on the task: they outrank every
     evaluator's, and the run's score and outcome are recomputed at once."""
@@ -111,7 +111,7 @@ def score_run(request: HttpRequest, run_id: int, payload: ScoreIn) -> Status:
     return Status(201, {"evaluation": present.evaluation(row), "run": present.run_summary(run)})
 
 
-@router.post("/runs/{run_id}/rerun", response={201: RunSummaryOut, **refusals(404)}, summary="Run again")
+@router.post("/runs/{run_id}/rerun", response={201: RunSummaryOut, **refusals(400, 404)}, summary="Run again")
 def rerun_run(request: HttpRequest, run_id: int, response: HttpResponse) -> Status:
     """A fresh run of the same task, as you (from the same workspace, if you may use it). The
     answer is the new run; its address is in ``Location``."""
@@ -122,7 +122,7 @@ def rerun_run(request: HttpRequest, run_id: int, response: HttpResponse) -> Stat
     return Status(201, present.run_summary(_visible_run(request, new_run.pk)))
 
 
-@router.post("/runs/{run_id}/cancel", response={200: RunSummaryOut, **refusals(404, 409)}, summary="Cancel a run")
+@router.post("/runs/{run_id}/cancel", response={200: RunSummaryOut, **refusals(400, 404, 409)}, summary="Cancel a run")
 def cancel_run(request: HttpRequest, run_id: int) -> dict:
     """A queued or waiting run stops at once; a running one at its next step (``cancel_requested``
     says it will). 409 if it had already ended."""

@@ -17,6 +17,8 @@ from feedback.models import Run, Strategy, Task
 Text = Annotated[str, Strict()]
 Integer = Annotated[int, Strict()]
 
+ISO_DATE = r"^\d{4}-\d{2}-\d{2}$"
+
 TaskKind = Literal[tuple(Task.Kind.values)]  # type: ignore[valid-type]
 RunStatus = Literal[tuple(Run.Status.values)]  # type: ignore[valid-type]
 RunOutcome = Literal[tuple(Run.Outcome.values)]  # type: ignore[valid-type]
@@ -77,8 +79,9 @@ class RunQuery(Schema):
     tool: str | None = Field(None, description="Runs that called this tool")
     error: str | None = Field(None, description="Runs with an error signature starting with these 4-40 hex digits")
     strategy: int | None = Field(None, description="Runs a strategy was applied to (not its trial's control arm)")
-    since: date | None = None
-    until: date | None = None
+    # Text in the form's format, read by the form: pydantic would also take 0 as 1970-01-01.
+    since: str | None = Field(None, pattern=ISO_DATE, json_schema_extra={"format": "date"}, description="YYYY-MM-DD")
+    until: str | None = Field(None, pattern=ISO_DATE, json_schema_extra={"format": "date"}, description="YYYY-MM-DD")
     sort: Literal["newest", "oldest", "score"] = "newest"
     cursor: str | None = Field(None, description="next_cursor or previous_cursor of a page")
     limit: int = Field(50, ge=1, le=100)

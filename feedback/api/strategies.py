@@ -38,7 +38,9 @@ def list_strategies(request: HttpRequest, filters: Query[StrategyQuery]) -> dict
     }
 
 
-@router.get("/strategies/{strategy_id}", response={200: StrategyDetailOut, **refusals(404)}, summary="Read a strategy")
+@router.get(
+    "/strategies/{strategy_id}", response={200: StrategyDetailOut, **refusals(400, 404)}, summary="Read a strategy"
+)
 def read_strategy(request: HttpRequest, strategy_id: int) -> dict:
     require_perm(user_of(request), "feedback.view_strategy")
     return present.strategy_detail(selectors.strategy_detail(strategy_id))
@@ -46,7 +48,7 @@ def read_strategy(request: HttpRequest, strategy_id: int) -> dict:
 
 @router.post(
     "/strategies/{strategy_id}/decisions",
-    response={200: StrategyDetailOut, **refusals(400, 404, 409)},
+    response={200: StrategyDetailOut, **refusals(400, 404, 409, 413)},
     summary="Decide on a strategy",
 )
 def decide_strategy(request: HttpRequest, strategy_id: int, payload: DecisionIn) -> dict:

@@ -18,7 +18,7 @@ from .schemas import MeOut, MetricsOut, MetricsQuery, RunSummaryOut, TaskIn, Wor
 router = Router()
 
 
-@router.post("/tasks", response={201: RunSummaryOut, **refusals(400)}, tags=["tasks"], summary="Submit a task")
+@router.post("/tasks", response={201: RunSummaryOut, **refusals(400, 413)}, tags=["tasks"], summary="Submit a task")
 def submit_task(request: HttpRequest, payload: TaskIn, response: HttpResponse) -> Status:
     """Queue a run of a new task, as the task form does: the same kinds, length, workspaces (shared
     ones, and your own uploads) and file checks (up to 10 UTF-8 text files of 1 MB, given as
