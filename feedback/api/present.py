@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from feedback import selectors, traces
-from feedback.models import Evaluation, Run, Strategy
+from feedback.models import Evaluation, Run, Strategy, Workspace
 from feedback.strategies.trials import trial_stats
 
 from .errors import invalid
@@ -86,6 +86,11 @@ def run_detail(run: Run) -> dict:
         "waited_seconds": waited,
         "evaluations": [evaluation(row) for row in selectors.run_evaluations(run)],
     }
+
+
+def workspace(row: Workspace) -> dict:
+    return {"id": row.pk, "name": row.name, "description": row.description, "owner": _name(row.owner),
+            "created_at": row.created_at}  # fmt: skip
 
 
 def strategy_summary(strategy: Strategy) -> dict:

@@ -8,7 +8,6 @@ from ninja import Query, Router, Status
 
 from feedback import metrics, selectors, services, tool_metrics
 from feedback.forms import MetricsFilterForm, TaskForm
-from feedback.models import Workspace
 
 from . import present
 from .auth import require_perm, require_write, token_of, user_of
@@ -50,16 +49,12 @@ def submit_task(request: HttpRequest, payload: TaskIn, response: HttpResponse) -
 
 
 @router.get("/workspaces", response={200: list[WorkspaceOut], **refusals()}, tags=["tasks"], summary="List workspaces")
-def list_workspaces(request: HttpRequest) -> list[Workspace]:
+def list_workspaces(request: HttpRequest) -> list[dict]:
     """The workspaces you may start a run from: the shared ones first, then your own uploads
     (then others', for those who read every run)."""
     user = user_of(request)
     require_perm(user, "feedback.view_workspace")
-    return [
-        {"id": w.pk, "name": w.name, "description": w.description, "owner": w.owner.get_username() if w.owner else None,
-         "created_at": w.created_at}
-        for w in selectors.workspaces_usable_by(user)
-    ]  # fmt: skip
+    return [present.workspace(w) for w in selectors.workspaces_usable_by(user)]
 
 
 @router.get("/me", response={200: MeOut, **refusals()}, tags=["account"], summary="Who the token acts as")
