@@ -44,6 +44,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "django_celery_beat",
+    # django-ninja: the JSON API (feedback/api/); listed so its docs page uses its own static files.
+    "ninja",
     "feedback",
 ]
 
@@ -134,6 +136,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# The JSON API (feedback/api/): requests per token, and failed authentications per client address
+# (the address as the login throttle sees it: LOGIN_CLIENT_IP_HEADER), each "N/period"
+# (s, min, hour, day; "20/15min"); "0": no limit. Past either, 429 with Retry-After.
+API_RATE_LIMIT = env.str("API_RATE_LIMIT", default="300/min")
+API_AUTH_FAILURE_LIMIT = env.str("API_AUTH_FAILURE_LIMIT", default="20/15min")
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "feedback-home"
 LOGOUT_REDIRECT_URL = "login"

@@ -4,6 +4,7 @@ from django.contrib.auth.decorators import login_not_required
 from django.urls import include, path
 from django.views.i18n import set_language
 
+from feedback.api.urls import urls as api_urls
 from feedback.views import accounts
 
 # Django's auth views under their own names (they and their templates reverse them); those a
@@ -22,6 +23,8 @@ urlpatterns = [
     ),
     path("accounts/reset/done/", auth_views.PasswordResetCompleteView.as_view(), name="password_reset_complete"),
     path("admin/", admin.site.urls),
+    # The JSON API: tokens, not sessions (feedback/api/).
+    path("api/v1/", api_urls()),
     # The language switcher is on the login page too.
     path("i18n/setlang/", login_not_required(set_language), name="set_language"),
     path("", include("feedback.urls")),

@@ -1,4 +1,5 @@
 from django.contrib import admin, messages
+from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
@@ -6,7 +7,10 @@ from django.utils.translation import gettext_lazy as _
 from feedback import models, services, throttle
 from feedback.agent.tools import ToolError
 from feedback.agent.tools.mcp import listed_tools
+from feedback.api import tokens as api_tokens
 from feedback.models.alert import new_secret
+
+NO_STORE = {"Cache-Control": "no-store"}
 
 
 class StepInline(admin.TabularInline):
@@ -293,3 +297,39 @@ class AlertDeliveryAdmin(_ReadOnly):
     list_display = ["incident", "event", "channel", "status", "attempts", "created_at"]
     list_filter = ["status", "channel", "event"]
     inlines = [AlertAttemptInline]
+
+
+@admin.register(models.ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Everyone's API tokens (feedback/api/): make one for someone (shown once, on the page that
+    follows), revoke, delete. Only the hash is stored: a lost token is revoked and replaced."""
+
+    list_display = ["name", "user", "prefix", "scope", "created_at", "last_used_at", "expires_at", "revoked_at"]
+    list_filter = ["scope", ("revoked_at", admin.EmptyFieldListFilter), "expires_at"]
+    search_fields = ["name", "prefix", "user__username"]
+    raw_id_fields = ["user"]
+    actions = ["revoke"]
+
+    def get_fields(self, request, obj=None) -> list[str]:
+        fields = ["user", "name", "scope", "expires_at"]
+        return fields if obj is None else [*fields, "prefix", "created_at", "last_used_at", "revoked_at"]
+
+    def get_readonly_fields(self, request, obj=None) -> list[str]:
+        return [] if obj is None else ["user", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+    def save_model(self, request, obj: models.ApiToken, form, change: bool) -> None:
+        if not change:
+            request.new_api_token = api_tokens.issue(obj)
+        super().save_model(request, obj, form, change)
+
+    def response_add(self, request, obj: models.ApiToken, post_url_continue=None):
+        # The token, once, in this answer: not in a message, which would keep it in a cookie.
+        context = {**self.admin_site.each_context(request), "opts": self.opts, "token": obj,
+                   "raw": request.new_api_token, "title": _("API token created")}  # fmt: skip
+        return TemplateResponse(request, "admin/feedback/apitoken/created.html", context, headers=NO_STORE)
+
+    @admin.action(description=_("Revoke: the tokens stop working"), permissions=["change"])
+    def revoke(self, request, queryset) -> None:
+        count = sum(api_tokens.api_token_revoke(token=token, user=request.user) for token in queryset)
+        message = ngettext("%(count)d token revoked.", "%(count)d tokens revoked.", count) % {"count": count}
+        self.message_user(request, message, messages.SUCCESS)

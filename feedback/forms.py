@@ -1,6 +1,7 @@
 import json
 import math
 import re
+from datetime import datetime, timedelta
 
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
@@ -15,7 +16,7 @@ from feedback import throttle
 from feedback.agent.guardrails import check_guardrails
 from feedback.agent.tools import BUILTIN_TOOLS
 from feedback.cron import MIN_GAP_MINUTES, CronError, check_schedule
-from feedback.models import AlertIncident, AlertRule, Run, Strategy, Task, Workspace
+from feedback.models import AlertIncident, AlertRule, ApiToken, Run, Strategy, Task, Workspace
 from feedback.selectors import workspaces_usable_by
 from feedback.strategies.conditions import check_condition
 
@@ -386,3 +387,33 @@ class LoginForm(AuthenticationForm):
             minutes,
         )
         return ValidationError(message, code="locked", params={"minutes": minutes})
+
+
+class ApiTokenForm(forms.Form):
+    """A new API token (feedback/api/): its name, what it may do, how long it lasts."""
+
+    EXPIRY_DAYS = [("7", _("7 days")), ("30", _("30 days")), ("90", _("90 days")), ("365", _("1 year")),
+                   ("", _("Never"))]  # fmt: skip
+
+    name = forms.CharField(
+        label=_("Name"), max_length=100, help_text=_("What it is for, e.g. “nightly evaluation script”.")
+    )
+    scope = forms.ChoiceField(
+        label=_("Access"),
+        choices=ApiToken.Scope.choices,
+        initial=ApiToken.Scope.READ,
+        widget=forms.RadioSelect,
+        help_text=_("A read-only token lists and reads; read and write also submits, scores and decides, "
+                    "as far as your account may."),
+    )  # fmt: skip
+    expires = forms.ChoiceField(label=_("Expires after"), choices=EXPIRY_DAYS, initial="90", required=False)
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        if not name:
+            raise forms.ValidationError(_("Give the token a name."))
+        return name
+
+    def expires_at(self) -> datetime | None:
+        days = self.cleaned_data.get("expires")
+        return timezone.now() + timedelta(days=int(days)) if days else None

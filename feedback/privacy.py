@@ -2,8 +2,8 @@
 
 What is masked: email addresses, phone numbers, card numbers (only digit runs that pass the Luhn
 check, so order numbers and sums survive), API keys and tokens (sk-..., GitHub ghp_/gho_/...,
-AWS AKIA..., Slack xox?-..., bearer tokens) and the configured OPENAI_API_KEY itself, whatever
-its form.
+AWS AKIA..., Slack xox?-..., bearer tokens, this site's own afb_...) and the configured
+OPENAI_API_KEY itself, whatever its form.
 
 Masking applies to what is STORED (task text, system prompts, steps, final output, errors,
 confirmations), never to what a tool receives at call time. An email address becomes a stable
@@ -40,6 +40,7 @@ _SECRETS = [
     re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
     re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
     re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),  # a JWT
+    re.compile(r"\bafb_[A-Za-z0-9_-]{20,}"),  # this site's own API tokens (feedback/api/tokens.py)
 ]
 _BEARER = re.compile(r"\b(Bearer|Token)\s+[A-Za-z0-9._~+/=-]{8,}", re.I)
 

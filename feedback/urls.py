@@ -12,6 +12,7 @@ from feedback.views import (
     schedules,
     strategies,
     tasks,
+    tokens,
     trace,
 )
 
@@ -52,4 +53,6 @@ urlpatterns = [
         confirmations.confirmation_decide,
         name="feedback-confirmation-decide",
     ),
+    path("api-tokens/", tokens.api_token_list, name="feedback-api-tokens"),
+    path("api-tokens/<int:token_id>/revoke/", tokens.api_token_revoke, name="feedback-api-token-revoke"),
 ]

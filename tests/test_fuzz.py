@@ -54,7 +54,8 @@ def all_forms() -> list[type[django_forms.Form]]:
 def test_every_form_is_fuzzed():
     names = {f.__name__ for f in all_forms()}
     assert names >= {"TaskForm", "ConfirmationForm", "HumanScoreForm", "StrategyDecisionForm", "StrategyEditForm",
-                     "RunFilterForm", "MiningScheduleForm", "MetricsFilterForm", "AlertFilterForm"}  # fmt: skip
+                      "RunFilterForm", "MiningScheduleForm", "MetricsFilterForm", "AlertFilterForm",
+                      "ApiTokenForm"}  # fmt: skip
 
 
 def _bound(form_class, data: dict[str, list[str]], uploads: list[tuple[str, bytes]]):

@@ -53,6 +53,10 @@ ACCESS = [
     # Alerts: the history and the rules are read by operators and reviewers; rules are edited in the admin.
     ("feedback-alert-list", "get", None, [LOGIN, 403, 403, 200, 200]),
     ("feedback-alert-rule-list", "get", None, [LOGIN, 403, 403, 200, 200]),
+    # Everyone signed in has their own API tokens (a token can do what its account can); another
+    # person's token is not found.
+    ("feedback-api-tokens", "get", None, [LOGIN, 200, 200, 200, 200]),
+    ("feedback-api-token-revoke", "post", "token", [LOGIN, 404, 404, 404, 404]),
     # The project's own pages (agentsite/urls.py): accounts and the language switcher. Logging in
     # and resetting a forgotten password need no session; changing it needs one.
     ("login", "get", None, [200, 200, 200, 200, 200]),
@@ -89,6 +93,10 @@ def _kwargs(kind, run):
         from feedback.services import task_schedule
 
         return {"schedule_id": task_schedule(task=run.task, repeat="hours", every=1).pk}
+    if kind == "token":
+        from feedback.api.tokens import api_token_create
+
+        return {"token_id": api_token_create(user=run.task.created_by, name="theirs", scope="write").token.pk}
     if kind == "reset":
         return {"uidb64": "MQ", "token": "not-a-valid-token"}
     return None

@@ -9,6 +9,7 @@ from .stats import DailyRunStats, DailyToolLatency, DailyToolStats
 from .step import Step, StepAttempt
 from .strategy import Strategy, StrategyEvent, StrategyVersion
 from .task import Task, Workspace
+from .token import ApiToken
 from .tool import ToolConfirmation, ToolSetting
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "AlertDelivery",
     "AlertIncident",
     "AlertRule",
+    "ApiToken",
     "AppliedStrategy",
     "DailyRunStats",
     "DailyToolLatency",

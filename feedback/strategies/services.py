@@ -139,6 +139,21 @@ def strategy_roll_back(
     )
 
 
+def strategy_decide(
+    *, strategy: Strategy, reviewer: AbstractBaseUser, action: str, reason: str, trial_fraction: float | None = None
+) -> Strategy:
+    """One of the reviewer's four decisions by name (the review page's form and the API)."""
+    if action == "approve":
+        return strategy_approve(strategy=strategy, reviewer=reviewer, reason=reason, trial_fraction=trial_fraction)
+    if action == "reject":
+        return strategy_reject(strategy=strategy, reviewer=reviewer, reason=reason)
+    if action == "promote":
+        return strategy_promote(strategy=strategy, reviewer=reviewer, reason=reason)
+    if action == "roll_back":
+        return strategy_roll_back(strategy=strategy, reviewer=reviewer, reason=reason)
+    raise ValueError(f"Unknown decision {action!r}.")
+
+
 EDITABLE_FIELDS = ("pattern", "old_behaviour", "new_guidance", "condition", "guardrails", "worked_example")
 
 

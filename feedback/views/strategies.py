@@ -82,21 +82,8 @@ def strategy_decide(request: HttpRequest, strategy_id: int) -> HttpResponse:
         for errors in form.errors.values():
             messages.error(request, " ".join(errors))
         return redirect("feedback-strategy-detail", strategy_id=strategy.pk)
-    action, reason = form.cleaned_data["action"], form.cleaned_data["reason"]
     try:
-        if action == "approve":
-            services.strategy_approve(
-                strategy=strategy,
-                reviewer=request.user,
-                reason=reason,
-                trial_fraction=form.cleaned_data["trial_fraction"],
-            )
-        elif action == "reject":
-            services.strategy_reject(strategy=strategy, reviewer=request.user, reason=reason)
-        elif action == "promote":
-            services.strategy_promote(strategy=strategy, reviewer=request.user, reason=reason)
-        else:
-            services.strategy_roll_back(strategy=strategy, reviewer=request.user, reason=reason)
+        services.strategy_decide(strategy=strategy, reviewer=request.user, **form.cleaned_data)
     except services.IllegalTransition as exc:
         messages.warning(request, str(exc))
     except ValidationError as exc:

@@ -6,6 +6,7 @@ from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from feedback.api.tokens import api_token_create
 from feedback.evaluation.chain import evaluate_run
 from feedback.models import Step, Strategy, StrategyVersion, ToolConfirmation
 
@@ -50,6 +51,7 @@ def test_every_main_page_fits_a_390_pixel_phone(page, live_server, demo, screens
 
     staff = get_user_model().objects.get(username="staff")
     run, waiting, strategy = _history(staff)
+    api_token_create(user=staff, name=LONG[:100], scope="read")
     page.set_viewport_size(PHONE)
     pages = {
         "reviewer": [
@@ -65,7 +67,7 @@ def test_every_main_page_fits_a_390_pixel_phone(page, live_server, demo, screens
             reverse("feedback-schedule-list"),
             "/no-such-page/",
         ],
-        "staff": [reverse("feedback-task-submit"), reverse("feedback-run-list")],
+        "staff": [reverse("feedback-task-submit"), reverse("feedback-run-list"), reverse("feedback-api-tokens")],
     }
     too_wide = {}
     for user, urls in pages.items():

@@ -1,0 +1,1 @@
+"""The JSON API (/api/v1/): per-user tokens, the same services, selectors and forms as the pages."""

@@ -1,0 +1,105 @@
+"""Submitting a task, the workspaces a caller may use for it, who the caller is, and the metrics."""
+
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils.datastructures import MultiValueDict
+from ninja import Query, Router, Status
+
+from feedback import metrics, selectors, services, tool_metrics
+from feedback.forms import MetricsFilterForm, TaskForm
+
+from . import present
+from .auth import require_perm, require_write, token_of, user_of
+from .errors import form_invalid, refusals
+from .schemas import MeOut, MetricsOut, MetricsQuery, RunSummaryOut, TaskIn, WorkspaceOut
+
+router = Router()
+
+
+@router.post("/tasks", response={201: RunSummaryOut, **refusals(400, 413)}, tags=["tasks"], summary="Submit a task")
+def submit_task(request: HttpRequest, payload: TaskIn, response: HttpResponse) -> Status:
+    """Queue a run of a new task, as the task form does: the same kinds, length, workspaces (shared
+    ones, and your own uploads) and file checks (up to 10 UTF-8 text files of 1 MB, given as
+    ``{"name", "content"}``, copied into a new workspace of yours on top of the chosen one). The
+    answer is the queued run; its address is in ``Location``."""
+    user = require_write(request)
+    require_perm(user, "feedback.add_task")
+    files = [SimpleUploadedFile(f.name, f.content.encode()) for f in payload.files]
+    data = {**payload.model_dump(exclude={"files", "workspace_id"}), "workspace": payload.workspace_id}
+    form = TaskForm(data, MultiValueDict({"files": files}), user=user)
+    if not form.is_valid():
+        error = form_invalid(form)
+        # The form's field is the workspace; the body's, its id.
+        if "workspace" in error.errors:
+            error.errors["workspace_id"] = error.errors.pop("workspace")
+        raise error
+    fields = form.cleaned_data
+    run = services.task_submit(
+        user=user,
+        text=fields["text"],
+        kind=fields["kind"],
+        expected_answer=fields["expected_answer"],
+        workspace=fields["workspace"],
+        files=fields["files"],
+    )
+    run.refresh_from_db()
+    response["Location"] = reverse("api-v1:read_run", kwargs={"run_id": run.pk})
+    return Status(201, present.run_summary(run))
+
+
+@router.get("/workspaces", response={200: list[WorkspaceOut], **refusals()}, tags=["tasks"], summary="List workspaces")
+def list_workspaces(request: HttpRequest) -> list[dict]:
+    """The workspaces you may start a run from: the shared ones first, then your own uploads
+    (then others', for those who read every run)."""
+    user = user_of(request)
+    require_perm(user, "feedback.view_workspace")
+    return [present.workspace(w) for w in selectors.workspaces_usable_by(user)]
+
+
+@router.get("/me", response={200: MeOut, **refusals()}, tags=["account"], summary="Who the token acts as")
+def me(request: HttpRequest) -> dict:
+    user, token = user_of(request), token_of(request)
+    permissions = (p.removeprefix("feedback.") for p in user.get_all_permissions() if p.startswith("feedback."))
+    return {
+        "username": user.get_username(),
+        "roles": sorted(user.groups.values_list("name", flat=True)),
+        "permissions": sorted(permissions),
+        "token": {"name": token.name, "prefix": token.prefix, "scope": token.scope, "created_at": token.created_at,
+                  "expires_at": token.expires_at},
+    }  # fmt: skip
+
+
+@router.get("/metrics", response={200: MetricsOut, **refusals(400)}, tags=["metrics"], summary="Metrics summary")
+def read_metrics(request: HttpRequest, filters: Query[MetricsQuery]) -> dict:
+    """The metrics page's figures (definitions in the README) over the last ``days``, per ``day`` or
+    ``week``: the window's totals, each period's, and per tool."""
+    require_perm(user_of(request), "feedback.view_metrics")
+    form = MetricsFilterForm({k: str(v) for k, v in filters.model_dump(exclude_none=True).items()})
+    if not form.is_valid():
+        raise form_invalid(form)
+    window = metrics.Window.last(
+        form.cleaned_data["days"], kind=form.cleaned_data["kind"], granularity=form.cleaned_data["granularity"]
+    )
+    counts = metrics.period_counts(window)
+    periods = zip(
+        metrics.score_trend(window, counts),
+        metrics.repeated_error_trend(window, counts),
+        metrics.intervention_trend(window, counts),
+        strict=True,
+    )
+    return {
+        "since": window.since,
+        "until": window.until,
+        "kind": window.kind,
+        "granularity": window.granularity,
+        "scores": metrics.score_summary(window, counts),
+        "errors": metrics.repeated_error_summary(window, counts),
+        "interventions": metrics.intervention_summary(window, counts),
+        "strategies": metrics.strategy_effectiveness(window),
+        "periods": [
+            {"period": scores["period"], "scores": scores, "errors": errors, "interventions": interventions}
+            for scores, errors, interventions in periods
+        ],
+        "tools": tool_metrics.tool_stats(window),
+    }

@@ -1,0 +1,71 @@
+"""The JSON API, version 1, under /api/v1/: django-ninja (pydantic schemas, the OpenAPI document
+generated from them), with Swagger UI from django-ninja's own static files (no CDN)."""
+
+import functools
+from collections.abc import Callable
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.urls import URLPattern
+from django.utils.translation import gettext as _
+from django.views.decorators.csp import csp_override
+from ninja import NinjaAPI, Swagger
+
+from . import errors, runs, strategies, tasks
+from .auth import BearerToken
+
+DESCRIPTION = """\
+Submit tasks, read runs and their traces, score runs, and decide on strategies, as the pages do.
+
+Every request carries `Authorization: Bearer <token>`: make a token on the site's *API tokens* page.
+A token acts with its account's permissions (staff submit tasks and see their own runs; operators
+read every run, strategy and metric; reviewers also score runs and decide on strategies), and a
+read-only token only reads. Errors are JSON `{"detail": ..., "errors": {field: [...]}}`.
+"""
+
+api = NinjaAPI(
+    title="Agent feedback API",
+    version="1",
+    description=DESCRIPTION,
+    urls_namespace="api-v1",
+    auth=BearerToken(),
+    openapi_url="/openapi.json",
+    docs_url="/docs",
+    # validatorUrl None: Swagger UI would otherwise send the document to swagger.io for a badge.
+    docs=Swagger(settings={"validatorUrl": None, "persistAuthorization": False}),
+)
+errors.install(api)
+api.add_router("", tasks.router)
+api.add_router("", runs.router)
+api.add_router("", strategies.router)
+
+
+def _api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """One of the API's views, open without a session (the token is checked instead:
+    LoginRequiredMiddleware would send a client to the login page), answering a method it does
+    not take in JSON like every other refusal."""
+
+    @login_not_required
+    @functools.wraps(view)
+    def api_view(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        if isinstance(response, HttpResponseNotAllowed):
+            allowed = response["Allow"]
+            response = JsonResponse({"detail": _("Use %(methods)s here.") % {"methods": allowed}}, status=405)
+            response["Allow"] = allowed
+        return response
+
+    return api_view
+
+
+def urls() -> tuple[list[URLPattern], str, str]:
+    patterns, app_name, namespace = api.urls
+    for pattern in patterns:
+        pattern.callback = _api_view(pattern.callback)
+        if pattern.name == "openapi-view":
+            # Swagger UI's stylesheet draws its icons as data: images; the page stays as strict
+            # as the site's otherwise (its scripts and styles are files of this site).
+            docs_policy = {**settings.SECURE_CSP, "img-src": [*settings.SECURE_CSP["img-src"], "data:"]}
+            pattern.callback = csp_override(docs_policy)(pattern.callback)
+    return patterns, app_name, namespace
