@@ -46,8 +46,7 @@ from django.db.models.functions import Coalesce, Greatest
 from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy as _lazy
-from django.utils.translation import ngettext
+from django.utils.translation import gettext_lazy, ngettext
 
 from feedback import metrics, queue
 from feedback.metrics import Window
@@ -376,9 +375,9 @@ def _strategy_name(figures: dict) -> str:
 
 
 STUCK_LABELS = {
-    "queued": _lazy("queued runs"),
-    "running": _lazy("running runs without a heartbeat"),
-    "awaiting_confirmation": _lazy("runs awaiting a confirmation"),
+    "queued": gettext_lazy("queued runs"),
+    "running": gettext_lazy("running runs without a heartbeat"),
+    "awaiting_confirmation": gettext_lazy("runs awaiting a confirmation"),
 }
 
 
@@ -455,7 +454,7 @@ STUCK_TEXTS = {
             "%(count)d runs queued longer than %(minutes)d minutes",
             n,
         ),
-        _lazy("No run queued longer than %(minutes)d minutes."),
+        gettext_lazy("No run queued longer than %(minutes)d minutes."),
     ),
     "running": (
         lambda n: ngettext(
@@ -463,7 +462,7 @@ STUCK_TEXTS = {
             "%(count)d runs running with no heartbeat for %(minutes)d minutes",
             n,
         ),
-        _lazy("No run running with no heartbeat for %(minutes)d minutes."),
+        gettext_lazy("No run running with no heartbeat for %(minutes)d minutes."),
     ),
     "awaiting_confirmation": (
         lambda n: ngettext(
@@ -471,7 +470,7 @@ STUCK_TEXTS = {
             "%(count)d runs awaiting a confirmation longer than %(minutes)d minutes",
             n,
         ),
-        _lazy("No run awaiting a confirmation longer than %(minutes)d minutes."),
+        gettext_lazy("No run awaiting a confirmation longer than %(minutes)d minutes."),
     ),
 }
 
@@ -518,9 +517,9 @@ def rule_condition(rule: AlertRule) -> str:
         ) % {"runs": rule.min_runs}
     if rule.kind == AlertRule.Kind.STUCK_QUEUE:
         waits = [
-            (rule.queued_minutes, _lazy("queued longer than %(minutes)s minutes")),
-            (rule.heartbeat_minutes, _lazy("running with no heartbeat for %(minutes)s minutes")),
-            (rule.confirmation_minutes, _lazy("awaiting a confirmation longer than %(minutes)s minutes")),
+            (rule.queued_minutes, gettext_lazy("queued longer than %(minutes)s minutes")),
+            (rule.heartbeat_minutes, gettext_lazy("running with no heartbeat for %(minutes)s minutes")),
+            (rule.confirmation_minutes, gettext_lazy("awaiting a confirmation longer than %(minutes)s minutes")),
         ]
         return "; ".join(str(text) % {"minutes": minutes} for minutes, text in waits if minutes)
     score = rule.kind == AlertRule.Kind.SCORE_DROP
@@ -639,18 +638,24 @@ def email_message(delivery: AlertDelivery) -> tuple[str, str]:
     payload = notification(delivery)
     incident = delivery.incident
     with translation.override(settings.LANGUAGE_CODE):
-        state = _("Resolved") if payload["state"] == "resolved" else _("Open")
-        subject = f"[{_('Alert')} {state}] {payload['rule']['name']}: {payload['subject_label']}"
+        # Each label through gettext on its own (not inside an f-string, where makemessages
+        # cannot find it).
+        label = {
+            "alert": _("Alert"), "rule": _("Rule"), "subject": _("Subject"), "opened": _("Opened"),
+            "resolved": _("Resolved"), "look": _("Look"), "history": _("History"),
+        }  # fmt: skip
+        state = label["resolved"] if payload["state"] == "resolved" else _("Open")
+        subject = f"[{label['alert']} {state}] {payload['rule']['name']}: {payload['subject_label']}"
         lines = [
             payload["summary"],
             "",
-            f"{_('Rule')}: {payload['rule']['name']} ({incident.rule.get_kind_display()})",
-            f"{_('Subject')}: {payload['subject_label']}",
-            f"{_('Opened')}: {incident.opened_at:%Y-%m-%d %H:%M:%S %Z}",
+            f"{label['rule']}: {payload['rule']['name']} ({incident.rule.get_kind_display()})",
+            f"{label['subject']}: {payload['subject_label']}",
+            f"{label['opened']}: {incident.opened_at:%Y-%m-%d %H:%M:%S %Z}",
         ]
         if payload["incident"]["resolved_at"]:
-            lines.append(f"{_('Resolved')}: {incident.resolved_at:%Y-%m-%d %H:%M:%S %Z}")
-        lines += ["", f"{_('Look')}: {payload['url']}", f"{_('History')}: {payload['history_url']}", "",
+            lines.append(f"{label['resolved']}: {incident.resolved_at:%Y-%m-%d %H:%M:%S %Z}")
+        lines += ["", f"{label['look']}: {payload['url']}", f"{label['history']}: {payload['history_url']}", "",
                   json.dumps(payload["figures"], indent=2, ensure_ascii=False)]  # fmt: skip
     # One line, whatever a rule's name holds: a newline would end the header.
     return " ".join(subject.split()), "\n".join(lines)

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy as _lazy
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from feedback import services
@@ -21,7 +21,7 @@ from feedback.privacy import unmask_emails
 
 # What a reviewer reads on a card, in this order, for the arguments that have a name people use
 # (the others follow by name: PostgreSQL's jsonb keeps no order of its own).
-ARGUMENT_LABELS = {"to": _lazy("Recipient"), "subject": _lazy("Subject"), "body": _lazy("Body")}
+ARGUMENT_LABELS = {"to": gettext_lazy("Recipient"), "subject": gettext_lazy("Subject"), "body": gettext_lazy("Body")}
 _ARGUMENT_ORDER = {name: i for i, name in enumerate(ARGUMENT_LABELS)}
 
 
