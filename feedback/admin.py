@@ -246,7 +246,7 @@ class AlertRuleAdmin(admin.ModelAdmin):
          {"fields": ["task_kind", "window_minutes", "threshold", "change", "error_measure"]}),
         (_("Stuck queue"), {"fields": ["queued_minutes", "heartbeat_minutes", "confirmation_minutes"]}),
         (_("Delivery"), {"fields": ["webhook_urls", "emails", "secret"],
-                         "description": _("Every webhook POST is signed with the secret: see the README, Alerts.")}),
+                         "description": _("Every webhook POST is signed with the secret: see docs/alerts.md.")}),
         (None, {"fields": ["created_at", "updated_at"]}),
     ]  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""The metric definitions: each written down once, here, and documented in the README.
+"""The metric definitions: each written down once, here, and documented in the README (Metric definitions).
 
 Every metric is computed by the database (annotate/aggregate, TruncDay/TruncWeek), never by a
 Python loop over runs. The trends read whole days from the DailyRunStats rollups, which are

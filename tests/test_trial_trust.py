@@ -95,7 +95,7 @@ def test_no_effect_trials_looked_at_after_every_run_rarely_decide(scores, fracti
 
 def test_an_improvement_of_0_15_is_found_within_the_stated_runs():
     # Control scores ~ Beta(mean 0.6, sd 0.22), treatment ~ Beta(mean 0.75, sd 0.2); 500 trials, a
-    # look after every run. Stated in the README: median 60 scored runs in all (30 per arm), 90%
+    # look after every run. Stated in docs/strategies.md: median 60 scored runs in all (30 per arm), 90%
     # within 123.
     ends = _simulate(_beta(0.75, 0.2), _beta(0.6, 0.22), decide=_always_valid, trials=500, runs=1000, seed=11)
     assert all(end is not None and end[1] == "promote" for end in ends)  # every one, never backwards

@@ -2,7 +2,7 @@
 
 It records every POST (headers and body) and answers each with the next status of ``script``
 (then 200); ``delay`` makes it answer late. ``verify`` checks a request's signature the way the
-README tells receivers to, independently of the code that signs.
+docs/alerts.md tells receivers to, independently of the code that signs.
 """
 
 import hashlib
@@ -25,7 +25,7 @@ class Received:
 
 
 def verify(secret: str, received: Received, *, tolerance: float = 300) -> bool:
-    """The receiver's check (README, Alerts): HMAC-SHA256 of "<timestamp>.<body>", compared in
+    """The receiver's check (docs/alerts.md): HMAC-SHA256 of "<timestamp>.<body>", compared in
     constant time, and a timestamp within five minutes (a replayed old request is refused)."""
     timestamp = received.headers.get("X-Feedback-Timestamp", "")
     expected = (
