@@ -117,6 +117,7 @@ def step_as_dict(step: Step) -> dict:
         "duration_ms": step.duration_ms,
         "tokens_in": step.tokens_in,
         "tokens_out": step.tokens_out,
+        "cost": step.cost,
         "validation_status": step.validation_status,
         "validation": step.validation,
         "attempts": [
@@ -156,6 +157,7 @@ def run_as_dict(run: Run) -> dict:
         "outcome": run.outcome,
         "tokens_in": run.tokens_in,
         "tokens_out": run.tokens_out,
+        "cost": run.cost,
         "applied_strategies": [
             {
                 "strategy_id": a.strategy_version.strategy_id,

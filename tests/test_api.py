@@ -237,10 +237,11 @@ def test_run_pages_neither_skip_nor_repeat_and_filters_apply(client, operator):
 
 
 def test_a_run_reads_with_its_trace_a_page_at_a_time(client, operator, reviewer):
-    run = make_finished_run(output="42", user=make_user("author", "staff"))
+    run = make_finished_run(output="42", user=make_user("author", "staff"), cost=0.0125)
     for index in range(5):
         step = Step.objects.create(run=run, index=index, kind=Step.Kind.TOOL_CALL, tool_name="calculator",
-                                   arguments={"expression": f"{index} + 1"}, success=index != 2)  # fmt: skip
+                                   arguments={"expression": f"{index} + 1"}, success=index != 2,
+                                   cost=0.0025)  # fmt: skip
     StepAttempt.objects.create(
         step=step, number=1, started_at=timezone.now(), duration_ms=5, error="timeout", retryable=True
     )
@@ -249,6 +250,7 @@ def test_a_run_reads_with_its_trace_a_page_at_a_time(client, operator, reviewer)
     detail = call(client, "GET", f"/runs/{run.pk}", token=token).json()
     facts = (detail["final_output"], detail["status"], detail["score"], detail["task"]["created_by"])
     assert facts == ("42", "succeeded", 0.9, "author")
+    assert detail["cost"] == 0.0125  # what the run cost, as the run page shows it
     assert [(e["kind"], e["author"], e["feedback"]) for e in detail["evaluations"]] == [("human", "reviewer", "fine")]
     pages, after = [], -1
     while True:
@@ -258,7 +260,7 @@ def test_a_run_reads_with_its_trace_a_page_at_a_time(client, operator, reviewer)
         if not page["has_more"]:
             break
     assert pages == [[0, 1], [2, 3], [4]]
-    assert page["data"][0]["attempts"][0]["error"] == "timeout"
+    assert page["data"][0]["attempts"][0]["error"] == "timeout" and page["data"][0]["cost"] == 0.0025
     assert call(client, "GET", f"/runs/{run.pk}/steps/9", token=token).status_code == 404
 
 

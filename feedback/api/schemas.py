@@ -132,6 +132,7 @@ class RunSummaryOut(Schema):
     step_count: int
     tokens_in: int
     tokens_out: int
+    cost: float | None = Field(description="US dollars, its model calls at its model's price; null: unpriced")
     parent_id: int | None
     retry_of_id: int | None
     cancel_requested: bool
@@ -157,6 +158,7 @@ class EvaluationOut(Schema):
     status: str
     score: float | None
     weight: float
+    cost: float | None = Field(description="US dollars an LLM judge's call cost; null otherwise")
     accomplished: bool | None
     feedback: str
     details: dict[str, Any]
@@ -211,6 +213,7 @@ class StepOut(Schema):
     duration_ms: int | None
     tokens_in: int
     tokens_out: int
+    cost: float | None = Field(description="US dollars for the model call whose tokens it carries; null: unpriced")
     validation_status: str
     validation: Any
     attempts: list[AttemptOut]
