@@ -78,8 +78,47 @@ def _counts(window: metrics.Window, by: tuple[str, ...]) -> dict[tuple, Figures]
 
 
 def _figures(run: Run) -> Figures:
-    """One run's figures, by the metric definitions."""
-    return next(iter(_counts(metrics.Window.of_run(run), by=("task_kind",)).values()), Figures())
+    """One run's figures: what the metric queries count for it, read with three small queries
+    (the run with its intervention flags, its errors marked repeated or not, its tool calls) and
+    counted here. The grouped aggregates the recount uses cost ten times as much to build for one
+    run; tests/test_rollups.py checks that what runs add always equals a recount."""
+    window = metrics.Window.of_run(run)
+    row = metrics.runs_with_intervention_flags(window).values(
+        "status", "outcome", "score", "cost", "has_confirmation", "has_human_score", "has_retry"
+    )[0]
+    ended = row["status"] in metrics.ENDED
+    person = {
+        "confirmed": row["has_confirmation"],
+        "human_scored": row["has_human_score"],
+        "retried": row["has_retry"],
+        "cancelled": row["status"] == Run.Status.CANCELLED,
+    }
+    repeated = list(metrics.error_steps(window).values_list("is_repeated", flat=True))
+    figures = Figures()
+    figures.runs.update(
+        runs=1,
+        ended=int(ended),
+        succeeded=int(row["status"] == Run.Status.SUCCEEDED),
+        accomplished=int(ended and row["outcome"] == Run.Outcome.ACCOMPLISHED),
+        judged=int(ended and row["outcome"] != Run.Outcome.UNKNOWN),
+        scored=int(ended and row["score"] is not None),
+        score_sum=row["score"] if ended and row["score"] is not None else 0,
+        costed=int(ended and row["cost"] is not None),
+        cost_sum=row["cost"] if ended and row["cost"] is not None else 0,
+        intervened=int(any(person.values())),
+        errors=len(repeated),
+        repeated_errors=sum(repeated),
+        runs_with_repeated=int(any(repeated)),
+        **{reason: int(flag) for reason, flag in person.items()},
+    )
+    calls = tool_metrics.tool_calls(window).values_list("tool_name", "success", "attempts", "duration_ms")
+    for tool, success, attempts, duration in calls:
+        counts = figures.tools.setdefault(tool, Counter())
+        counts.update(calls=1, succeeded=int(success is True), retries=attempts - 1)
+        if duration is not None:
+            counts.update(timed=1, duration_sum=duration)
+            figures.latency[(tool, tool_metrics.latency_bucket(duration))] += 1
+    return figures
 
 
 def _midnight(day: date) -> datetime:
