@@ -107,7 +107,8 @@ def test_what_the_runs_add_always_equals_a_recount(reviewer, monkeypatch):
                                 error_signature=signature, duration_ms=rng.randint(1, 500),
                                 success=not signature, attempts=rng.choice([1, 1, 2, 3]))  # fmt: skip
             Step.objects.create(run=run, index=1, kind=Step.Kind.TOOL_CALL, tool_name=rng.choice(["a", "b"]),
-                                duration_ms=rng.choice([None, 0, 7, 900]), success=rng.choice([True, None]))  # fmt: skip
+                                duration_ms=rng.choice([None, 0, 7, 900]),
+                                success=rng.choice([True, None]))  # fmt: skip
         runs.append(run)
     for run in rng.sample(runs, len(runs)):
         if run.status == Run.Status.QUEUED:
