@@ -75,6 +75,10 @@ def test_a_live_runs_scale_and_elapsed_time_move_with_the_clock_and_settle_when_
     expect(page.locator("#run-status")).to_have_text("Answered")
     expect(page.locator(f"#trace-tail-{run.pk}")).to_have_count(0)  # ended: the polling stops
     final_ms = math.ceil((finished - start).total_seconds() * 1000)
+    # The fixed scale is laid out once htmx settles the swap that removed the tail (a few ms
+    # later); from then on it stays, through the clock's next ticks.
+    page.wait_for_function(f"() => parseInt(({SPAN})({run.pk})) === {final_ms}")
+    page.wait_for_timeout(1100)
     assert int(page.evaluate(SPAN, run.pk)) == final_ms
     expect(page.locator("#run-elapsed")).to_have_text(f"{floatformat((finished - start).total_seconds(), 1)} s")
     (last,) = page.evaluate(BARS, run.pk)
