@@ -14,7 +14,7 @@ LLM_VENV := .venv-llm
 LLM_PORT ?= 8080
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF
 
-.PHONY: run test lint clean local-llm local-llm-install demo-loop bench ensure-wrk
+.PHONY: run test lint clean local-llm local-llm-install demo-loop demo-loop-local bench ensure-wrk
 
 $(BIN)/python:
 	@py=$$(scripts/find-python) || exit 1; \
@@ -61,13 +61,41 @@ $(LLM_VENV)/.installed: requirements-llm.txt
 
 local-llm-install: $(LLM_VENV)/.installed
 
-# Serve SmolLM2-135M-Instruct as an OpenAI-compatible endpoint on 127.0.0.1, no network needed.
+# The local model, served by llama.cpp as an OpenAI-compatible endpoint on 127.0.0.1, no network
+# needed: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M), the smallest model here that calls tools correctly
+# (SmolLM2-135M could not act as an agent). A context that holds the prompt, its tools and a few
+# turns; one thread per core.
+LOCAL_LLM_MODEL := qwen2.5-coder-1.5b
+LOCAL_LLM_THREADS ?= $(shell nproc)
+LOCAL_LLM_SERVER = $(LLM_VENV)/bin/python -m llama_cpp.server --model "$$($(LLM_VENV)/bin/python scripts/local-model-path)" \
+	  --chat_format chatml-function-calling --model_alias $(LOCAL_LLM_MODEL) --n_ctx 8192 \
+	  --n_threads $(LOCAL_LLM_THREADS) --host 127.0.0.1 --port $(LLM_PORT)
+# What the product needs on that model: a long timeout (a reply takes 10-60 s on 2 cores), bounded
+# replies, a small tool set, tool retrieval without embeddings (the server has none), and the
+# offline heuristic judge (a 1.5B judge adds a minute a run and little signal; the strict
+# reference check decides the outcome).
+LOCAL_LLM_ENV := OPENAI_BASE_URL=http://127.0.0.1:$(LLM_PORT)/v1 LLM_MODEL=$(LOCAL_LLM_MODEL) \
+	LLM_TIMEOUT_SECONDS=300 LLM_MAX_TOKENS=384 LLM_MAX_ATTEMPTS=2 TOOL_RETRIEVAL_THRESHOLD=4 TOOL_RETRIEVAL_LIMIT=3 \
+	LLM_EMBEDDING_MODEL= LLM_JUDGE_BACKEND=offline AGENT_MAX_STEPS=8 AGENT_MAX_SECONDS=900
+
 local-llm: $(LLM_VENV)/.installed
 	@echo
-	@echo "  Then run the product on it:  OPENAI_BASE_URL=http://127.0.0.1:$(LLM_PORT)/v1 LLM_MODEL=smollm2 make run"
+	@echo "  Then run the product on it:  $(LOCAL_LLM_ENV) make run"
 	@echo
-	$(LLM_VENV)/bin/python -m llama_cpp.server --model "$$($(LLM_VENV)/bin/python scripts/smollm2-path)" \
-	  --chat_format chatml-function-calling --model_alias smollm2 --host 127.0.0.1 --port $(LLM_PORT)
+	$(LOCAL_LLM_SERVER)
+
+# The feedback loop on the local model, in the background: starts the server, runs the demo loop
+# (DEMO_TASKS per phase), and writes its progress to var/demo-loop-local.log.
+DEMO_TASKS ?= 12
+demo-loop-local: $(VENV)/.run-deps $(LLM_VENV)/.installed
+	$(BIN)/python manage.py migrate --noinput -v 0
+	$(BIN)/python manage.py seed_demo > /dev/null
+	@mkdir -p var
+	@nohup bash -c '$(LOCAL_LLM_SERVER) > var/local-llm.log 2>&1 & server=$$!; trap "kill $$server" EXIT; \
+	  until curl -sf http://127.0.0.1:$(LLM_PORT)/v1/models > /dev/null; do sleep 1; done; \
+	  $(LOCAL_LLM_ENV) LOG_LEVEL=ERROR $(BIN)/python manage.py demo_loop --auto-approve --tasks $(DEMO_TASKS) \
+	    --trial-batch $(DEMO_TASKS) --trial-limit $$(( 3 * $(DEMO_TASKS) ))' > var/demo-loop-local.log 2>&1 &
+	@echo "The demo loop runs in the background on the local model: tail -f var/demo-loop-local.log"
 
 # Twice: the whole suite on PostgreSQL, a real Redis broker and worker processes, Chromium; then
 # everything that does not need PostgreSQL itself on the embedded default (SQLite, the file-system
@@ -94,4 +122,4 @@ clean:
 demo-loop: $(VENV)/.run-deps
 	$(BIN)/python manage.py migrate --noinput -v 0
 	$(BIN)/python manage.py seed_demo > /dev/null
-	LOG_LEVEL=ERROR $(BIN)/python manage.py demo_loop --auto-approve --tasks $(or $(TASKS),150)
+	LOG_LEVEL=ERROR $(BIN)/python manage.py demo_loop --auto-approve --quiet --tasks $(or $(TASKS),150)

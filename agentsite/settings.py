@@ -277,9 +277,20 @@ OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")
 LLM_BACKEND = env.str("LLM_BACKEND", default="auto")
 LLM_MODEL = env.str("LLM_MODEL", default="gpt-4o-mini")
 LLM_JUDGE_MODEL = env.str("LLM_JUDGE_MODEL", default="") or LLM_MODEL
+# A judgement is a score and a sentence or two: a bound keeps a rambling judge from costing minutes.
+# "auto": the LLM judge on the agent's endpoint when there is one; "offline": the heuristic judge.
+LLM_JUDGE_BACKEND = env.str("LLM_JUDGE_BACKEND", default="auto")
+LLM_JUDGE_MAX_TOKENS = env.int("LLM_JUDGE_MAX_TOKENS", default=300)
 LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=60.0)
 # "auto": native tool calling, falling back to JSON replies if the endpoint refuses tools.
 LLM_TOOL_MODE = env.str("LLM_TOOL_MODE", default="auto")
+# A bound on every reply (0: the endpoint's own): a small local model can ramble for minutes.
+LLM_MAX_TOKENS = env.int("LLM_MAX_TOKENS", default=1024)
+# Unset: the endpoint's own default. 0 makes a local model's runs repeatable.
+LLM_TEMPERATURE = env.float("LLM_TEMPERATURE", default=None)
+# Tools offered without length and pattern bounds ("auto": to every endpoint but OpenAI's), so a
+# server that decodes by grammar (llama.cpp) can build one; the invoker validates them all anyway.
+LLM_GRAMMAR_SAFE_SCHEMAS = env.str("LLM_GRAMMAR_SAFE_SCHEMAS", default="auto")
 LLM_EMBEDDING_MODEL = env.str("LLM_EMBEDDING_MODEL", default="text-embedding-3-small")
 LLM_MAX_ATTEMPTS = env.int("LLM_MAX_ATTEMPTS", default=4)
 LLM_BACKOFF_SECONDS = env.float("LLM_BACKOFF_SECONDS", default=1.0)

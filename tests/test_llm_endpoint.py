@@ -152,3 +152,76 @@ def test_json_mode_malformed_reply_is_told_to_the_model(endpoint, settings):
     error_step = run.steps.get(kind=Step.Kind.MODEL_ERROR)
     assert error_step.error_class == "MalformedReply" and "not valid JSON" in error_step.error
     assert run.final_output == "4"
+
+
+def test_tools_go_with_tool_choice_and_a_reply_bound(endpoint, settings):
+    # llama-cpp-python's function-calling format renders no tools unless tool_choice is given.
+    settings.LLM_MAX_TOKENS = 256
+    endpoint.script = [completion("4")]
+    run_task()
+    first = endpoint.requests[0]
+    assert first["tool_choice"] == "auto" and first["tools"]
+    assert first["max_tokens"] == 256
+
+
+def _bounds(schema) -> set[str]:
+    if isinstance(schema, dict):
+        found = {k for k in schema if k in {"maxLength", "minLength", "pattern", "format", "maxItems", "minItems"}}
+        return found.union(*(_bounds(v) for v in schema.values()))
+    if isinstance(schema, list):
+        return set().union(*(_bounds(v) for v in schema))
+    return set()
+
+
+@pytest.mark.parametrize(("mode", "base_url", "bounded"), [
+    ("auto", "local", False), ("auto", "https://api.openai.com/v1", True), ("on", "https://api.openai.com/v1", False),
+    ("off", "local", True),
+])  # fmt: skip
+def test_a_local_endpoint_gets_schemas_its_grammar_can_hold(endpoint, settings, mode, base_url, bounded):
+    from feedback.agent.llm import grammar_safe_schemas
+
+    settings.LLM_GRAMMAR_SAFE_SCHEMAS = mode
+    if base_url != "local":
+        settings.OPENAI_BASE_URL = base_url
+    assert grammar_safe_schemas() is not bounded
+    settings.OPENAI_BASE_URL = endpoint.base_url  # the request itself goes to the local server
+    endpoint.script = [completion("4")]
+    settings.LLM_GRAMMAR_SAFE_SCHEMAS = {True: "off", False: "on"}[bounded]
+    run_task()
+    tools = {t["function"]["name"]: t["function"]["parameters"] for t in endpoint.requests[0]["tools"]}
+    assert bool(_bounds(tools)) is bounded
+    assert tools["analyze_text"]["properties"]["text"]["type"] == "string"  # only the bounds go
+
+
+def test_an_argument_past_a_bound_the_model_was_not_shown_is_refused_by_the_invoker(endpoint, settings):
+    settings.LLM_GRAMMAR_SAFE_SCHEMAS = "on"
+    endpoint.script = [
+        completion(tool_calls=[call("calculator", {"expression": "1+" * 300 + "1"})]),
+        completion("The expression was too long."),
+    ]
+    run = run_task()
+    assert "maxLength" not in str(endpoint.requests[0]["tools"])
+    step = run.steps.get(kind=Step.Kind.TOOL_CALL)
+    assert not step.success and step.error_class == "InvalidToolCall", step.error
+    assert "too long" in step.error
+
+
+def test_a_reply_cut_off_at_the_token_limit_is_an_observation(endpoint, settings):
+    settings.LLM_MAX_TOKENS = 64
+    cut = completion("The answer, after a long consideration of every possible")
+    cut["choices"][0]["finish_reason"] = "length"
+    endpoint.script = [cut, completion("4")]
+    run = run_task()
+    error_step = run.steps.get(kind=Step.Kind.MODEL_ERROR)
+    assert error_step.error_class == "MalformedReply"
+    assert "cut off at the length limit of 64 tokens" in error_step.error
+    assert run.final_output == "4"
+    assert "reply more briefly" in endpoint.requests[1]["messages"][-1]["content"]
+
+
+def test_the_json_mode_catalogue_is_compact(endpoint, settings):
+    settings.LLM_TOOL_MODE = "json"
+    endpoint.script = [completion('{"final_answer": "4"}')]
+    run_task()
+    system = endpoint.requests[0]["messages"][0]["content"]
+    assert "maxLength" not in system and '"type":"string"' in system

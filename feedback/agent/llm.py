@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.utils import timezone
@@ -62,12 +63,35 @@ JSON_MODE_INSTRUCTIONS = """You cannot call tools natively. Reply with ONE JSON 
 {"final_answer": "..."} when you are done. The tools:
 """
 
+# Keywords a grammar-constrained decoder (llama.cpp turns a tool's JSON Schema into a grammar)
+# expands into one rule per allowed length or item: maxLength 200000 alone exceeds its rule limit
+# and crashed the server. The invoker still validates every call against the full schema, so a
+# model that overshoots gets the same clear argument error, just after the call instead of before.
+_GRAMMAR_HEAVY = frozenset({"maxLength", "minLength", "pattern", "format", "maxItems", "minItems", "uniqueItems"})
+
+
+def grammar_safe(schema: Any) -> Any:
+    """``schema`` without the keywords that blow up grammar-constrained decoding."""
+    if isinstance(schema, dict):
+        return {k: grammar_safe(v) for k, v in schema.items() if k not in _GRAMMAR_HEAVY}
+    if isinstance(schema, list):
+        return [grammar_safe(v) for v in schema]
+    return schema
+
+
+def _grammar_safe_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {**t, "function": {**t["function"], "parameters": grammar_safe(t["function"]["parameters"])}} for t in tools
+    ]
+
 
 def _json_mode_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rewrite a tool-calling conversation for a model without tool support."""
+    # Compact: this catalogue is the bulk of every JSON-mode prompt, and a local server's context
+    # (llama.cpp's default is 2,048 tokens) has to hold it with the conversation.
     catalogue = "\n".join(
         f"- {t['function']['name']}: {t['function']['description']} "
-        f"Parameters (JSON Schema): {json.dumps(t['function']['parameters'])}"
+        f"Parameters: {json.dumps(grammar_safe(t['function']['parameters']), separators=(',', ':'))}"
         for t in tools
     )
     out: list[dict[str, Any]] = []
@@ -125,11 +149,23 @@ class OpenAIChatModel:
 
     backend = "openai"
 
-    def __init__(self, *, model: str, base_url: str | None, api_key: str | None, timeout: float, tool_mode: str):
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str | None,
+        api_key: str | None,
+        timeout: float,
+        tool_mode: str,
+        max_tokens: int = 0,
+        grammar_safe_schemas: bool = False,
+    ):
         import openai
 
         self.name = model
         self.tool_mode = tool_mode
+        self.max_tokens = max_tokens
+        self.grammar_safe_schemas = grammar_safe_schemas
         self._openai = openai
         self._client = openai.OpenAI(
             base_url=base_url or None, api_key=api_key or "not-needed", timeout=timeout, max_retries=0
@@ -137,6 +173,8 @@ class OpenAIChatModel:
         self._calls = 0
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
+        if self.grammar_safe_schemas:
+            tools = _grammar_safe_tools(tools)
         if self.tool_mode == "json":
             return self._complete_json(messages, tools)
         try:
@@ -151,6 +189,10 @@ class OpenAIChatModel:
 
     def _create(self, **kwargs: Any) -> Any:
         openai = self._openai
+        if self.max_tokens:
+            kwargs["max_tokens"] = self.max_tokens
+        if settings.LLM_TEMPERATURE is not None:
+            kwargs["temperature"] = settings.LLM_TEMPERATURE
         try:
             return self._client.chat.completions.create(model=self.name, **kwargs)
         except (openai.APITimeoutError, openai.APIConnectionError) as exc:
@@ -163,24 +205,40 @@ class OpenAIChatModel:
             raise LLMError(f"{type(exc).__name__}: {exc}") from exc
 
     def _complete_native(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
-        response = self._create(messages=messages, tools=tools or self._openai.omit)
+        omit = self._openai.omit
+        # tool_choice said outright: llama-cpp-python's function-calling chat format renders no
+        # tools at all without it, so the model never learns it has any.
+        response = self._create(messages=messages, tools=tools or omit, tool_choice="auto" if tools else omit)
         if not response.choices:
             return LLMReply()
-        message = response.choices[0].message
+        choice = response.choices[0]
+        message = choice.message
         calls = [
             ToolCall(id=c.id or f"call-{i}", name=c.function.name or "", arguments=c.function.arguments or "")
             for i, c in enumerate(message.tool_calls or [])
             if getattr(c, "function", None) is not None
         ]
-        return LLMReply(content=message.content or "", tool_calls=calls, **_usage(response))
+        return LLMReply(
+            content=message.content or "", tool_calls=calls, malformed=self._cut_off(choice), **_usage(response)
+        )
 
     def _complete_json(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
         self._calls += 1
         response = self._create(messages=_json_mode_messages(messages, tools))
-        text = response.choices[0].message.content or "" if response.choices else ""
+        choice = response.choices[0] if response.choices else None
+        text = (choice.message.content or "") if choice else ""
         reply = parse_json_reply(text, turn_id=f"json-{self._calls}")
+        malformed = (self._cut_off(choice) if choice else "") or reply.malformed
         usage = _usage(response)
-        return LLMReply(content=reply.content, tool_calls=reply.tool_calls, malformed=reply.malformed, **usage)
+        return LLMReply(content=reply.content, tool_calls=reply.tool_calls, malformed=malformed, **usage)
+
+    def _cut_off(self, choice: Any) -> str:
+        """Why a reply that hit the token limit is unusable: half an answer or half a call's
+        arguments is not something to act on, and the model can be told to be brief."""
+        if getattr(choice, "finish_reason", None) != "length":
+            return ""
+        limit = f" of {self.max_tokens} tokens" if self.max_tokens else ""
+        return f"Your reply was cut off at the length limit{limit}: reply more briefly."
 
 
 def _usage(response: Any) -> dict[str, int]:
@@ -223,6 +281,16 @@ def use_endpoint() -> bool:
     return bool(settings.OPENAI_BASE_URL or settings.OPENAI_API_KEY)
 
 
+def grammar_safe_schemas() -> bool:
+    """Whether tools go to the endpoint without length and pattern bounds (LLM_GRAMMAR_SAFE_SCHEMAS:
+    "auto" for any endpoint but OpenAI's own, whose servers may constrain decoding by grammar)."""
+    mode = settings.LLM_GRAMMAR_SAFE_SCHEMAS
+    if mode == "auto":
+        host = urlsplit(settings.OPENAI_BASE_URL).hostname or "api.openai.com"
+        return host != "api.openai.com"
+    return mode == "on"
+
+
 def get_model() -> ChatModel:
     if use_endpoint():
         return OpenAIChatModel(
@@ -231,6 +299,8 @@ def get_model() -> ChatModel:
             api_key=settings.OPENAI_API_KEY,
             timeout=settings.LLM_TIMEOUT_SECONDS,
             tool_mode=settings.LLM_TOOL_MODE,
+            max_tokens=settings.LLM_MAX_TOKENS,
+            grammar_safe_schemas=grammar_safe_schemas(),
         )
     from .offline import OfflineDemoModel
 

@@ -70,7 +70,9 @@ def select_tools(task_text: str, tools: dict[str, Tool]) -> tuple[dict[str, Tool
     candidates = [t for t in tools.values() if not t.engine]
     method = "lexical"
     scores = None
-    if use_endpoint():
+    # No embedding model named (a local server without embeddings): rank lexically at once
+    # rather than fail a call on every run.
+    if use_endpoint() and settings.LLM_EMBEDDING_MODEL:
         try:
             scores, method = embedding_scores(task_text, candidates), "embeddings"
         except Exception as exc:  # any failure of the endpoint: rank offline instead

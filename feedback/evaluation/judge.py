@@ -39,15 +39,21 @@ _STOPWORDS = frozenset(
 )
 
 
+def _judge_by_llm() -> bool:
+    # LLM_JUDGE_BACKEND "offline" keeps the heuristic judge while the agent uses an endpoint: a
+    # small local model judging its own answers is slow and adds little a reference does not.
+    return settings.LLM_JUDGE_BACKEND != "offline" and use_endpoint()
+
+
 def judge_name() -> str:
     """The evaluator name recorded on the evaluation: which judge actually gave the score."""
-    if use_endpoint():
+    if _judge_by_llm():
         return f"llm_judge:{settings.LLM_JUDGE_MODEL}"
     return OFFLINE_JUDGE_NAME
 
 
 def judge_evaluator(run: Run, config: dict) -> Verdict:
-    if use_endpoint():
+    if _judge_by_llm():
         return llm_judge(run, config)
     return offline_heuristic_judge(run, config)
 
@@ -89,6 +95,37 @@ def parse_judge_reply(content: str) -> tuple[float, bool, str]:
     return float(score), accomplished, feedback
 
 
+# How a judge can be asked for JSON, strictest first. Servers differ: llama.cpp's refuses a
+# json_schema response format (500), some refuse json_object too; the prompt alone always goes.
+RESPONSE_FORMATS = ("json_schema", "json_object", "prompt")
+# Formats an endpoint (base URL, model) refused while a looser one then worked: not tried again
+# by this process, so each judgement costs one call, not three.
+_unsupported: set[tuple[str, str, str]] = set()
+# Statuses that say "not this request" rather than "not now": a 429 or a gateway's 502-504 is an
+# outage, and trying a looser format would hide it.
+_REFUSALS = frozenset({400, 404, 415, 422, 500, 501})
+
+
+def _response_format(kind: str) -> Any:
+    if kind == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": "judgement", "strict": True, "schema": JUDGE_SCHEMA}}
+    if kind == "json_object":
+        return {"type": "json_object"}
+    return None
+
+
+_OBJECT = re.compile(r"\{.*\}", re.S)
+
+
+def _reply_json(content: str, kind: str) -> str:
+    """The JSON in a reply: all of it when a format constrained it; the outermost braces of a
+    prompt-only reply, which a model may wrap in prose or a code fence."""
+    if kind != "prompt":
+        return content
+    found = _OBJECT.search(content or "")
+    return found.group(0) if found else content
+
+
 def llm_judge(run: Run, config: dict) -> Verdict:
     import openai
 
@@ -101,24 +138,37 @@ def llm_judge(run: Run, config: dict) -> Verdict:
         # multiply the wait on an endpoint that is already slow.
         max_retries=0,
     )
-    try:
-        response = client.chat.completions.create(
-            model=model,
-            messages=_judge_messages(run),
-            response_format={
-                "type": "json_schema",
-                "json_schema": {"name": "judgement", "strict": True, "schema": JUDGE_SCHEMA},
-            },
-            temperature=0,
-        )
-    except openai.APITimeoutError as exc:
-        raise EvaluatorError(
-            f"The judge timed out after {settings.LLM_TIMEOUT_SECONDS:g} s.", {"reason": "timeout"}
-        ) from exc
-    except openai.APIError as exc:
-        raise EvaluatorError(f"The judge could not be reached: {type(exc).__name__}: {exc}") from exc
+    endpoint = (settings.OPENAI_BASE_URL, model)
+    refused: list[str] = []
+    for kind in RESPONSE_FORMATS:
+        if (*endpoint, kind) in _unsupported:
+            continue
+        extra = {"max_tokens": settings.LLM_JUDGE_MAX_TOKENS} if settings.LLM_JUDGE_MAX_TOKENS else {}
+        response_format = _response_format(kind)
+        if response_format is not None:
+            extra["response_format"] = response_format
+        try:
+            response = client.chat.completions.create(
+                model=model, messages=_judge_messages(run), temperature=0, **extra
+            )
+        except openai.APITimeoutError as exc:
+            raise EvaluatorError(
+                f"The judge timed out after {settings.LLM_TIMEOUT_SECONDS:g} s.", {"reason": "timeout"}
+            ) from exc
+        except openai.APIStatusError as exc:
+            if exc.status_code in _REFUSALS and kind != RESPONSE_FORMATS[-1]:
+                refused.append(f"{kind}: {exc.status_code}")
+                continue
+            raise EvaluatorError(
+                f"The judge could not be reached: {type(exc).__name__}: {exc}", {"refused_formats": refused}
+            ) from exc
+        except openai.APIError as exc:
+            raise EvaluatorError(f"The judge could not be reached: {type(exc).__name__}: {exc}") from exc
+        break
+    # A looser format answered: the stricter ones were refused for what they are, not by chance.
+    _unsupported.update((*endpoint, r.split(":")[0]) for r in refused)
     content = response.choices[0].message.content if response.choices else None
-    score, accomplished, feedback = parse_judge_reply(content or "")
+    score, accomplished, feedback = parse_judge_reply(_reply_json(content or "", kind))
     usage = response.usage
     return Verdict(
         score=score,
@@ -126,6 +176,8 @@ def llm_judge(run: Run, config: dict) -> Verdict:
         accomplished=accomplished,
         details={
             "model": model,
+            "response_format": kind,
+            **({"refused_formats": refused} if refused else {}),
             "tokens_in": getattr(usage, "prompt_tokens", 0) or 0,
             "tokens_out": getattr(usage, "completion_tokens", 0) or 0,
         },

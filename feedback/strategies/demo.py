@@ -9,8 +9,10 @@ the trial says improved, roll back the rest.
 """
 
 import random
+import re
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
@@ -25,6 +27,7 @@ from feedback.agent.tools import ToolContext
 from feedback.agent.tools.text import analyze_text
 from feedback.demo import seed_workspace
 from feedback.evaluation.chain import evaluate_run
+from feedback.evaluation.evaluators import numbers_in, refusal_in
 from feedback.models import Run, Strategy, Task, Workspace
 
 from .proposals import mine_and_propose
@@ -38,6 +41,11 @@ class Phase:
     since: datetime
     until: datetime
     runs: int
+    # Of the runs whose answer a strict checker can tell: how many it found correct.
+    checked: int = 0
+    correct: int = 0
+    seconds: float = 0.0
+    run_ids: list[int] = field(default_factory=list)
 
     def figures(self) -> dict:
         window = metrics.Window(since=self.since, until=self.until)
@@ -53,6 +61,10 @@ class Phase:
             "repeated-error rate": errors["repeated_rate"],
             "repeated errors per run": errors["repeated_per_run"],
             "intervention rate": interventions["rate"],
+            # Not the product's own evaluators, which the loop learns from: an independent check
+            # of each answer against what the workspace really holds (strictly_correct).
+            "strict correct rate": self.correct / self.checked if self.checked else None,
+            "seconds per run": self.seconds / max(1, self.runs),
         }
 
 
@@ -85,14 +97,58 @@ def _sum(rng: random.Random) -> tuple[str, str, str]:
     return "arithmetic", f"What is ({a} + {b}) * {c}?", str((a + b) * c)
 
 
-def run_phase(name: str, items: list[tuple[str, str, str]], user, workspace: Workspace) -> Phase:
-    since = timezone.now()
-    for kind, text, expected in items:
+# The inbox's urgent emails, by their number (the demo workspace: a site down, a locked account
+# before payroll, a customer who cannot log in).
+URGENT_EMAILS = frozenset({"002", "003", "005"})
+_EMAIL_REF = re.compile(r"\b(00[1-6])\b")
+_NEGATED = re.compile(r"\b(?:not|non|isn't|is not|no)[\s-]+urgent", re.I)
+
+
+def strictly_correct(kind: str, text: str, expected: str, output: str) -> bool | None:
+    """Whether an answer is right, checked strictly against the workspace; None where no check
+    applies (a task without a known answer). Stricter than the reference evaluator on purpose:
+    the count must be the one stated, every urgent email named as urgent and no other."""
+    if not expected or refusal_in(output):
+        return False if expected else None
+    if kind == "arithmetic":
+        numbers = numbers_in(output)
+        return bool(numbers) and abs(numbers[-1] - float(expected)) < 1e-9
+    if kind == "file_analysis":
+        count = int(re.search(r"\d+", expected).group())
+        stated = {int(n.replace(",", "")) for n in re.findall(r"\b(\d[\d,]*)\s+words\b", output)}
+        return stated == {count}
+    if kind == "email_triage":
+        flagged = set()
+        for line in output.splitlines():
+            if "urgent" in line.lower() and not _NEGATED.search(line):
+                flagged |= set(_EMAIL_REF.findall(line))
+        return flagged == URGENT_EMAILS
+    return None
+
+
+def run_phase(name: str, items: list[tuple[str, str, str]], user, workspace: Workspace,
+              out: Callable[[str], None] | None = None) -> Phase:  # fmt: skip
+    phase = Phase(name, timezone.now(), timezone.now(), len(items))
+    for number, (kind, text, expected) in enumerate(items, 1):
+        started = time.monotonic()
         task = Task.objects.create(text=text, kind=kind, expected_answer=expected, workspace=workspace, created_by=user)
         run = Run.objects.create(task=task, task_kind=kind)
         execute_run(run.pk)
         evaluate_run(run.pk)  # idempotent: the task queued when the run ended finds it done
-    return Phase(name, since, timezone.now(), len(items))
+        run.refresh_from_db()
+        phase.seconds += time.monotonic() - started
+        phase.run_ids.append(run.pk)
+        correct = strictly_correct(kind, text, expected, run.final_output or "")
+        if correct is not None:
+            phase.checked += 1
+            phase.correct += correct
+        if out is not None:
+            verdict = {True: "correct", False: "wrong", None: "unchecked"}[correct]
+            out(f"  [{name} {number}/{len(items)}] run #{run.pk} {kind}: {run.status}, score "
+                f"{'—' if run.score is None else f'{run.score:.2f}'}, strict check {verdict} "
+                f"({time.monotonic() - started:.0f} s)")  # fmt: skip
+    phase.until = timezone.now()
+    return phase
 
 
 def _demo_reviewer():
@@ -106,13 +162,15 @@ def _demo_reviewer():
 
 
 def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bool = False,
-                  out: Callable[[str], None] = print) -> dict:  # fmt: skip
+                  out: Callable[[str], None] = print, progress: bool = False,
+                  trial_batch: int | None = None, trial_limit: int | None = None) -> dict:  # fmt: skip
     rng = random.Random(seed)
     workspace = seed_workspace()
     user = get_user_model().objects.filter(username="staff").first()
     out(f"Model: {describe_backend()}")
     out(f"Phase 1: {tasks_per_phase} tasks with no live strategy...")
-    before = run_phase("before", workload(rng, tasks_per_phase, workspace), user, workspace)
+    each = out if progress else None
+    before = run_phase("before", workload(rng, tasks_per_phase, workspace), user, workspace, each)
 
     proposed = mine_and_propose(window_days=settings.STRATEGY_MINING_WINDOW_DAYS)
     out(f"Mining proposed or reinforced {len(proposed)} strateg(ies):")
@@ -127,7 +185,8 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
     for s in Strategy.objects.filter(status=Strategy.Status.PROPOSED):
         strategy_approve(strategy=s, reviewer=reviewer, reason="demo-loop --auto-approve", trial_fraction=0.5)
     out("Phase 2: the proposals on trial, in batches until every trial is decided...")
-    trial, rolled = _trial_phase(rng, tasks_per_phase, user, workspace)
+    batch, limit = trial_batch or max(20, tasks_per_phase // 3), trial_limit or 8 * tasks_per_phase
+    trial, rolled = _trial_phase(rng, batch, limit, user, workspace, each)
     out(f"  {trial.runs} trial runs")
     decisions = []
     for s in Strategy.objects.filter(status=Strategy.Status.TRIAL):
@@ -144,20 +203,25 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
     out("Trial decisions:\n" + "\n".join(decisions or ["  (none on trial)"]))
 
     out(f"Phase 3: {tasks_per_phase} tasks with the promoted strategies active...")
-    after = run_phase("after", workload(rng, tasks_per_phase, workspace), user, workspace)
+    after = run_phase("after", workload(rng, tasks_per_phase, workspace), user, workspace, each)
     figures = {"before": before.figures(), "trial": trial.figures(), "after": after.figures()}
     out(format_figures(figures))
     return figures
 
 
-def _trial_phase(rng: random.Random, tasks_per_phase: int, user, workspace: Workspace) -> tuple[Phase, list[int]]:
+def _trial_phase(rng: random.Random, batch: int, limit: int, user, workspace: Workspace,
+                 out: Callable[[str], None] | None) -> tuple[Phase, list[int]]:  # fmt: skip
     """Like a patient reviewer: keep collecting runs while a trial's recommendation is "collect
-    more" (the always-valid test lets it look after every batch)."""
-    batch, limit = max(20, tasks_per_phase // 3), 8 * tasks_per_phase
-    since, done, rolled = timezone.now(), 0, []
-    while done < limit:
-        run_phase("trial", workload(rng, batch, workspace), user, workspace)
-        done += batch
+    more" (the always-valid test lets it look after every batch), up to ``limit`` runs."""
+    total = Phase("trial", timezone.now(), timezone.now(), 0)
+    rolled: list[int] = []
+    while total.runs < limit:
+        phase = run_phase("trial", workload(rng, min(batch, limit - total.runs), workspace), user, workspace, out)
+        total.runs += phase.runs
+        total.checked += phase.checked
+        total.correct += phase.correct
+        total.seconds += phase.seconds
+        total.run_ids += phase.run_ids
         rolled += check_trials()
         undecided = [
             s for s in Strategy.objects.filter(status=Strategy.Status.TRIAL)
@@ -165,7 +229,8 @@ def _trial_phase(rng: random.Random, tasks_per_phase: int, user, workspace: Work
         ]  # fmt: skip
         if not undecided:
             break
-    return Phase("trial", since, timezone.now(), done), rolled
+    total.until = timezone.now()
+    return total, rolled
 
 
 def format_figures(figures: dict) -> str:

@@ -4,7 +4,7 @@ from feedback.strategies.demo import run_demo_loop
 
 
 class Command(BaseCommand):
-    help = "Run a demo workload on the offline model, mine, trial, promote, and print before/after figures."
+    help = "Run a demo workload on the configured model, mine, trial, promote, and print before/after figures."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--tasks", type=int, default=150, help="Tasks per phase (default 150).")
@@ -14,9 +14,21 @@ class Command(BaseCommand):
             action="store_true",
             help="Demo only: approve every proposal to trial, then promote or roll back by the trial's result.",
         )
+        parser.add_argument(
+            "--trial-batch", type=int, help="Trial runs between looks (default: tasks / 3, at least 20)."
+        )
+        parser.add_argument("--trial-limit", type=int, help="Trial runs at most (default: 8 x tasks).")
+        parser.add_argument("--quiet", action="store_true", help="No line per run, only the phases and figures.")
 
     def handle(self, *args, **options) -> None:
         run_demo_loop(
             tasks_per_phase=options["tasks"], seed=options["seed"], auto_approve=options["auto_approve"],
-            out=self.stdout.write,
+            out=self._say, progress=not options["quiet"], trial_batch=options["trial_batch"],
+            trial_limit=options["trial_limit"],
         )  # fmt: skip
+
+    def _say(self, line: str) -> None:
+        # Flushed line by line: the demo loop on a real model runs for an hour, in the background,
+        # and its log is how one watches it.
+        self.stdout.write(line)
+        self.stdout.flush()
