@@ -1,16 +1,14 @@
 """Each evaluator kind on crafted runs; the LLM judge against a local OpenAI-compatible server."""
 
+import importlib
+
 import pytest
 
-from feedback.evaluation.evaluators import (
-    EvaluatorError,
-    choose_mode,
-    normalise,
-    reference_evaluator,
-    rule_evaluator,
-)
+from feedback.evaluation.evaluators import EvaluatorError, normalise, rule_evaluator
 from feedback.evaluation.judge import judge_evaluator, judge_name, offline_heuristic_judge
-from feedback.models import Run, Step, Task
+from feedback.evaluation.profiles import DEFAULT_PROFILES, profile_for
+from feedback.evaluation.reference import choose_mode, reference_evaluator
+from feedback.models import EvaluationProfile, Run, Step, Task
 
 from .factories import make_finished_run
 
@@ -39,6 +37,58 @@ class TestRuleEvaluator:
     def test_a_bad_regex_is_the_evaluators_failure(self):
         with pytest.raises(EvaluatorError, match="format_regex"):
             rule_evaluator(make_finished_run(output="x"), {"format_regex": "(["})
+
+
+def email_rule_config() -> dict:
+    """The email-triage profile's rule configuration, as a fresh database gets it."""
+    return next(e["config"] for e in DEFAULT_PROFILES[Task.Kind.EMAIL_TRIAGE] if e["evaluator"] == "rule")
+
+
+class TestEmailTriageRule:
+    """The rule checks what every triage answer has (it speaks of the emails or their urgency),
+    not one label: an inbox with no urgent email is rightly answered without "urgent" in it."""
+
+    def test_an_inbox_with_no_urgent_email_answered_no_email_is_urgent_passes_the_rule(self):
+        run = make_finished_run(output="No email is urgent", kind=Task.Kind.EMAIL_TRIAGE,
+                                text="Classify the emails in inbox/ and flag the urgent ones")  # fmt: skip
+        verdict = rule_evaluator(run, email_rule_config())
+        assert verdict.score == 1.0 and verdict.feedback == "All checks passed."
+
+    @pytest.mark.parametrize(
+        "output",
+        ["None are urgent.", "Nothing in the inbox needs attention today.",
+         "All 6 emails are low priority: billing questions and a feature request."],
+    )  # fmt: skip
+    def test_the_triage_rule_requires_no_particular_label(self, output):
+        verdict = rule_evaluator(make_finished_run(output=output, kind=Task.Kind.EMAIL_TRIAGE), email_rule_config())
+        assert verdict.score == 1.0, verdict.feedback
+
+    def test_the_triage_rule_fails_an_answer_that_does_not_address_the_emails(self):
+        verdict = rule_evaluator(make_finished_run(output="Done.", kind=Task.Kind.EMAIL_TRIAGE), email_rule_config())
+        assert verdict.score == 0.0
+        assert verdict.feedback.startswith("Failed: mentions one of “mail”, “message”, “inbox”")
+
+    def test_any_keywords_must_be_a_list_of_words(self):
+        with pytest.raises(EvaluatorError, match="any_keywords"):
+            rule_evaluator(make_finished_run(output="x"), {"any_keywords": "urgent"})
+
+    def test_a_stored_profile_still_holding_the_old_triage_default_is_migrated_to_the_new_one(self):
+        from django.apps import apps
+
+        migration = importlib.import_module("feedback.migrations.0022_triage_profile_default")
+        assert DEFAULT_PROFILES[Task.Kind.EMAIL_TRIAGE] == migration.NEW  # the migration's copy is current
+        EvaluationProfile.objects.create(task_kind=Task.Kind.EMAIL_TRIAGE, evaluators=migration.OLD)
+        migration.forwards(apps, None)
+        assert EvaluationProfile.objects.get().evaluators == DEFAULT_PROFILES[Task.Kind.EMAIL_TRIAGE]
+
+    def test_an_edited_triage_profile_is_left_alone_by_the_migration(self):
+        from django.apps import apps
+
+        migration = importlib.import_module("feedback.migrations.0022_triage_profile_default")
+        edited = [{"evaluator": "rule", "weight": 1, "config": {"keywords": ["urgent"], "min_length": 20}}]
+        EvaluationProfile.objects.create(task_kind=Task.Kind.EMAIL_TRIAGE, evaluators=edited)
+        migration.forwards(apps, None)
+        assert profile_for(Task.Kind.EMAIL_TRIAGE).evaluators == edited
 
 
 class TestReferenceEvaluator:

@@ -37,9 +37,10 @@ from feedback import costs, queue
 from feedback.models import Evaluation, Run
 from feedback.rollups import rollup_add, rollup_change
 
-from .evaluators import EVALUATOR_KINDS, EvaluatorError, Verdict, reference_evaluator, rule_evaluator
+from .evaluators import EVALUATOR_KINDS, EvaluatorError, Verdict, rule_evaluator
 from .judge import judge_evaluator, judge_name
 from .profiles import profile_for
+from .reference import reference_evaluator
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
-"""Layer 2 evaluators that need no model: rule-based and reference-based.
+"""Layer 2 evaluators that need no model: what every evaluator shares, and the rule-based one.
 
 Each evaluator is a function ``(run, config) -> Verdict`` (or ``None`` when it does not apply,
 e.g. a reference evaluator on a task without an expected answer). Raising ``EvaluatorError``
-marks that one evaluation as failed; the chain keeps the other evaluators' scores.
+marks that one evaluation as failed; the chain keeps the other evaluators' scores. The reference
+evaluator is in reference.py, the judge in judge.py.
 
 Beside its score, a verdict may say whether the task was accomplished (``accomplished``: True,
 False, or None for no opinion); the chain decides the run's outcome from these (chain.py).
@@ -15,8 +16,8 @@ from typing import Any
 
 from feedback.models import Evaluation, Run
 
-_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_LABEL_SEPARATORS = re.compile(r"[,;\n|]+")
+# Public: the reference evaluator finds the numbers of an answer with it too (reference.py).
+NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 @dataclass
@@ -45,7 +46,7 @@ def normalise(text: str) -> str:
 
 
 def numbers_in(text: str) -> list[float]:
-    return [float(m.replace(",", "")) for m in _NUMBER.findall(text)]
+    return [float(m.replace(",", "")) for m in NUMBER.findall(text)]
 
 
 # --- refusals ---------------------------------------------------------------------------------
@@ -82,9 +83,10 @@ def refusal_in(text: str) -> str:
 
 # --- rule-based -----------------------------------------------------------------------------
 def rule_evaluator(run: Run, config: dict) -> Verdict:
-    """Share of the configured checks the final answer passes: keywords, length, format, and
-    no refusal. Its verdict on the task is only ever negative (hard evidence: the run did not
-    answer, or its answer gives up); the checks of form alone do not show a task done."""
+    """Share of the configured checks the final answer passes: keywords (all of ``keywords``, one
+    of ``any_keywords``), length, format, and no refusal. Its verdict on the task is only ever
+    negative (hard evidence: the run did not answer, or its answer gives up); the checks of form
+    alone do not show a task done."""
     output = run.final_output or ""
     checks: list[dict[str, Any]] = []
     if run.status != Run.Status.SUCCEEDED:
@@ -95,6 +97,15 @@ def rule_evaluator(run: Run, config: dict) -> Verdict:
     for keyword in config.get("keywords", []):
         ok = normalise(str(keyword)) in normalise(output)
         checks.append({"check": "keyword", "ok": ok, "message": f"mentions “{keyword}”"})
+    # One of several words: what every right answer has in common (a triage answer speaks of the
+    # emails or of their urgency) where no single word is in all of them ("None are urgent").
+    any_keywords = config.get("any_keywords")
+    if any_keywords:
+        if not isinstance(any_keywords, list) or not all(isinstance(k, str) and k.strip() for k in any_keywords):
+            raise EvaluatorError(f"any_keywords must be a list of words, not {any_keywords!r}")
+        ok = any(normalise(k) in normalise(output) for k in any_keywords)
+        words = ", ".join(f"“{k}”" for k in any_keywords)
+        checks.append({"check": "any_keyword", "ok": ok, "message": f"mentions one of {words}"})
     min_length = config.get("min_length")
     if min_length is not None:
         if not isinstance(min_length, int) or isinstance(min_length, bool):
@@ -120,102 +131,6 @@ def rule_evaluator(run: Run, config: dict) -> Verdict:
         details={"checks": checks},
         accomplished=False if gave_up else None,
     )
-
-
-# --- reference-based ------------------------------------------------------------------------
-def choose_mode(expected: str) -> str:
-    """How to compare with the expected answer, read off the expected answer itself."""
-    stripped = expected.strip()
-    if len(stripped) > 2 and stripped.startswith("/") and stripped.endswith("/"):
-        return "regex"
-    if len(numbers_in(stripped)) == 1 and _NUMBER.fullmatch(stripped.replace(" ", "")):
-        return "numeric"
-    if len([p for p in _LABEL_SEPARATORS.split(stripped) if p.strip()]) > 1:
-        return "labels"
-    return "normalised"
-
-
-def _compare_numeric(expected: str, output: str, config: dict) -> tuple[float, str, dict]:
-    target = numbers_in(expected)[0]
-    tolerance = float(config.get("tolerance", 1e-6))
-    found = numbers_in(output)
-    # Any number in the answer may be the result; prose often restates the operands first.
-    hit = next((n for n in found if abs(n - target) <= tolerance * max(1.0, abs(target))), None)
-    if hit is not None:
-        return 1.0, f"The answer contains {hit:g}, the expected {target:g}.", {"found": found}
-    return 0.0, f"Expected {target:g}; the answer has {found or 'no numbers'}.", {"found": found}
-
-
-def _compare_labels(expected: str, output: str, config: dict) -> tuple[float, str, dict]:
-    wanted = {normalise(p) for p in _LABEL_SEPARATORS.split(expected) if p.strip()}
-    said = normalise(output)
-    present = {label for label in wanted if re.search(rf"(?<!\w){re.escape(label)}(?!\w)", said)}
-    details: dict[str, Any] = {"expected": sorted(wanted), "found": sorted(present)}
-    universe = {normalise(str(label)) for label in config.get("all_labels", [])}
-    if universe:
-        # With the full label set known, naming a wrong label costs precision too (F1).
-        predicted = {label for label in universe | wanted if re.search(rf"(?<!\w){re.escape(label)}(?!\w)", said)}
-        true_positive = len(predicted & wanted)
-        precision = true_positive / len(predicted) if predicted else 0.0
-        recall = true_positive / len(wanted)
-        score = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        details.update(predicted=sorted(predicted), precision=precision, recall=recall)
-    else:
-        score = len(present) / len(wanted)
-    missing = sorted(wanted - present)
-    feedback = "Missing labels: " + ", ".join(missing) + "." if missing else "All expected labels present."
-    return score, feedback, details
-
-
-def _compare_regex(expected: str, output: str, config: dict) -> tuple[float, str, dict]:
-    pattern = expected.strip()[1:-1] if expected.strip().startswith("/") else expected.strip()
-    try:
-        found = re.search(pattern, output, re.IGNORECASE | re.DOTALL)
-    except re.error as exc:
-        raise EvaluatorError(f"The expected-answer pattern is not a valid regular expression: {exc}") from exc
-    if found:
-        return 1.0, f"The answer matches /{pattern}/.", {"match": found.group(0)[:200]}
-    return 0.0, f"The answer does not match /{pattern}/.", {}
-
-
-def _compare_exact(expected: str, output: str, config: dict) -> tuple[float, str, dict]:
-    ok = expected.strip() == output.strip()
-    return float(ok), "Exactly the expected answer." if ok else "Not exactly the expected answer.", {}
-
-
-def _compare_normalised(expected: str, output: str, config: dict) -> tuple[float, str, dict]:
-    want, got = normalise(expected), normalise(output)
-    if want == got:
-        return 1.0, "The expected answer, up to case and punctuation.", {}
-    if want and re.search(rf"(?<!\w){re.escape(want)}(?!\w)", got):
-        return 1.0, "The answer contains the expected answer.", {}
-    return 0.0, "The answer does not contain the expected answer.", {}
-
-
-COMPARISONS = {
-    "numeric": _compare_numeric,
-    "labels": _compare_labels,
-    "regex": _compare_regex,
-    "exact": _compare_exact,
-    "normalised": _compare_normalised,
-}
-
-
-def reference_evaluator(run: Run, config: dict) -> Verdict | None:
-    """Compare the final answer with the task's expected answer; not applicable without one.
-    Its verdict: accomplished when the answer matches fully (score 1: every expected label, the
-    number, the pattern), not accomplished otherwise."""
-    expected = run.task.expected_answer
-    if not expected.strip():
-        return None
-    mode = config.get("mode", "auto")
-    if mode == "auto":
-        mode = choose_mode(expected)
-    compare = COMPARISONS.get(mode)
-    if compare is None:
-        raise EvaluatorError(f"Unknown reference mode {mode!r}; use one of {', '.join(COMPARISONS)}.")
-    score, feedback, details = compare(expected, run.final_output or "", config)
-    return Verdict(score=score, feedback=feedback, details={"mode": mode, **details}, accomplished=score >= 1.0)
 
 
 EVALUATOR_KINDS = {

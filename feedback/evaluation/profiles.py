@@ -1,7 +1,8 @@
 """Evaluation profiles: per task kind, which evaluators run and how much each one weighs.
 
 Profiles live in the database (``EvaluationProfile``, editable in the admin); a kind without a
-row gets the default below, created on first use, so a fresh database needs no setup.
+row gets the default below, created on first use, so a fresh database needs no setup. A changed
+default reaches stored rows that still hold the old one by a data migration (0022 for triage).
 """
 
 from typing import Any
@@ -9,6 +10,10 @@ from typing import Any
 from feedback.models import EvaluationProfile, Task
 
 EVALUATOR_NAMES = ("rule", "reference", "judge")
+
+# Substrings, as the rule matches keywords: "mail" is in "emails" and "e-mail".
+TRIAGE_WORDS = ["mail", "message", "inbox", "ticket", "urgent", "urgency", "priority"]
+URGENCY_OPPOSITES = {"urgent": ["not urgent", "non-urgent", "low priority", "not a priority", "no rush", "can wait"]}
 
 DEFAULT_PROFILES: dict[str, list[dict[str, Any]]] = {
     Task.Kind.ARITHMETIC: [
@@ -23,8 +28,11 @@ DEFAULT_PROFILES: dict[str, list[dict[str, Any]]] = {
         {"evaluator": "judge", "weight": 0.4, "config": {}},
     ],
     Task.Kind.EMAIL_TRIAGE: [
-        {"evaluator": "rule", "weight": 0.3, "config": {"keywords": ["urgent"], "min_length": 20}},
-        {"evaluator": "reference", "weight": 0.4, "config": {"mode": "auto"}},
+        # What every triage answer has: it speaks of the emails or of their urgency. Not one
+        # label, nor a length: an inbox with no urgent email is rightly answered "None are urgent".
+        {"evaluator": "rule", "weight": 0.3, "config": {"any_keywords": TRIAGE_WORDS}},
+        # Whichever of urgent and low priority is expected, an answer asserting the other is wrong.
+        {"evaluator": "reference", "weight": 0.4, "config": {"mode": "auto", "contradictions": URGENCY_OPPOSITES}},
         {"evaluator": "judge", "weight": 0.3, "config": {}},
     ],
     Task.Kind.GENERAL: [

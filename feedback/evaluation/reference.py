@@ -1,0 +1,399 @@
+"""The reference evaluator: the final answer against the task's expected answer, in a mode read off
+it (``choose_mode``). Only what the answer asserts counts, not what it echoes, negates or hedges."""
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from feedback.models import Run
+
+from .evaluators import NUMBER, EvaluatorError, Verdict, normalise, numbers_in
+
+_LABEL_SEPARATORS = re.compile(r"[,;\n|]+")
+
+
+def choose_mode(expected: str) -> str:
+    """How to compare with the expected answer, read off the expected answer itself."""
+    stripped = expected.strip()
+    if len(stripped) > 2 and stripped.startswith("/") and stripped.endswith("/"):
+        return "regex"
+    if len(numbers_in(stripped)) == 1 and NUMBER.fullmatch(stripped.replace(" ", "")):
+        return "numeric"
+    if len([p for p in _LABEL_SEPARATORS.split(stripped) if p.strip()]) > 1:
+        return "labels"
+    return "normalised"
+
+
+# What an answer asserts. Holding the expected label or number somewhere is not enough: a real
+# small model got 1.0 for repeating the question, which held the label, and for "low priority,
+# not urgent" against "urgent" (issue 15). A match counts only where the answer asserts it: not
+# inside a stretch copied from the task, not negated, not hedged with a contradicting label or
+# with rival numbers. The rules read words, not meaning; each one that withholds credit says so
+# in the feedback.
+_WORD = re.compile(r"\w+(?:'\w+)*")
+# Fewer of the task's words in a row are a shared phrase ("the urgent ones"), not a quote.
+QUOTE_MIN_WORDS = 4
+# A match with this many quoted words around it came with the quote; one without them is the
+# answer picking an option the task offered ("the report has 80 words").
+ECHO_CONTEXT_WORDS = 3
+# How far ahead a negator still reaches its label: "none of these emails is urgent" (NegEx's 5).
+NEGATION_REACH_WORDS = 5
+_NEGATORS = frozenset({"not", "no", "none", "nothing", "never", "neither", "nor", "without", "non", "nobody", "cannot"})
+# A negation ends at a clause mark, at a word that starts another claim ("not spam but urgent"), or
+# at a preposition that starts a phrase of its own ("no reply is needed for the urgent one").
+_SCOPE_ENDS = frozenset(
+    {"but", "however", "although", "though", "yet", "except", "whereas", "while", "and", "instead", "rather", "which"}
+    | {"for", "from", "with", "by", "about", "because", "since", "if", "when", "then"}
+)
+_SCOPE_TOKEN = re.compile(r"(?P<word>\w+(?:'\w+)*)|(?P<mark>[.,;:!?()\[\]{}…|—–\n])")
+# "Urgent: none", "urgent emails - 0", "urgent? no": the label, then nil as its whole count or
+# answer ("billing: no refund yet" is billing).
+_NIL_AFTER = re.compile(r"(?:\s+\w+){0,2}\s*[:=?—–-]+\s*(?:none|nothing|no|zero|0)(?=\s*(?:$|[.,;!?)\]]))")
+# Words that state the result ("the answer is 79", "**Answer:** 79") outrank an equals sign, which
+# also ends every intermediate step of a worked answer.
+_LEAD = r"[\s*_`]*(?:(?:approximately|about|roughly|exactly|around|~)[\s*_`]*)?$"
+_STATED = re.compile(
+    r"\b(?:final\s+)?(?:answer|result|total|sum|product|difference|quotient|value|solution)"
+    r"(?:\s*(?:is|was|will\s+be|would\s+be|equals|:|=))*" + _LEAD
+)
+_EQUALS = re.compile(r"(?:=|≈|\bequals|\bequal\s+to|\bcomes\s+to)" + _LEAD)
+# "= 80 - 1" starts an expression; "**79**" is emphasis, not a power.
+_OPERATOR_AFTER = re.compile(r"[ \t]*(?:[-+/×÷^−]|\*(?!\*))")
+# What may stand between numbers offered as alternatives: "77, 78, 79 or 80", "79? 80?", "78. Or 79".
+_HEDGES = r"or|and|maybe|perhaps|possibly|probably|either"
+_ALTERNATIVE_GAP = re.compile(rf"(?:[\s,;/|?…]|\b(?:{_HEDGES})\b|\.(?=\s*(?:{_HEDGES})\b))*")
+# Equations after "check:" verify the result ("= 79, check: 79 * 5 = 395"): they conclude nothing.
+_CHECKING = re.compile(r"\b(?:check|checking|verify|verifying|verification|proof)\b")
+
+
+def _fold(text: str) -> str:
+    # Typographic apostrophes count as plain ones: "isn’t urgent" is negated too.
+    return unicodedata.normalize("NFKC", text).casefold().replace("’", "'")
+
+
+@dataclass(frozen=True)
+class _Quote:
+    start: int
+    end: int
+    words: tuple[tuple[int, int], ...]  # each quoted word's span
+
+
+@dataclass(frozen=True)
+class _Said:
+    """How an answer says a label: asserted somewhere, or only negated, only echoed, or not at all."""
+
+    how: str  # "asserted", "negated", "echoed" or "absent"
+    negation: str = ""  # the negating words, for the feedback
+
+
+class _Reading:
+    """An answer read against its task: where it repeats the task, and what it negates."""
+
+    def __init__(self, task: str, answer: str, *, fold: bool = True) -> None:
+        self.text = _fold(answer) if fold else answer
+        task_words = [w.casefold() for w in _WORD.findall(_fold(task))]
+        words = list(_WORD.finditer(self.text))
+        # A task shorter than QUOTE_MIN_WORDS is quoted whole; a one-word task cannot be.
+        self._run = min(QUOTE_MIN_WORDS, len(task_words))
+        self._context = min(ECHO_CONTEXT_WORDS, self._run - 1)
+        self.quotes = self._quotes(task_words, words) if self._run >= 2 else []
+        quoted = sum(len(q.words) for q in self.quotes)
+        self.only_echoes = bool(words) and quoted == len(words)
+
+    def _quotes(self, task_words: list[str], words: list[re.Match]) -> list[_Quote]:
+        """The stretches of the answer copied word for word from the task: every run of at least
+        ``self._run`` words that the task has in the same order, joined where they touch."""
+        k = self._run
+        grams = {tuple(task_words[i : i + k]) for i in range(len(task_words) - k + 1)}
+        folded = [w.group(0).casefold() for w in words]
+        covered = [False] * len(words)
+        for i in range(len(words) - k + 1):
+            if tuple(folded[i : i + k]) in grams:
+                covered[i : i + k] = [True] * k
+        quotes, i = [], 0
+        while i < len(words):
+            if not covered[i]:
+                i += 1
+                continue
+            j = i
+            while j + 1 < len(words) and covered[j + 1]:
+                j += 1
+            quotes.append(_Quote(words[i].start(), words[j].end(), tuple(w.span() for w in words[i : j + 1])))
+            i = j + 1
+        return quotes
+
+    def echoed(self, start: int, end: int) -> bool:
+        """Whether text[start:end] is there only because the answer repeats the task: it lies in
+        a quote with at least ``ECHO_CONTEXT_WORDS`` quoted words around it (fewer when the
+        task itself is shorter than a quote)."""
+        for quote in self.quotes:
+            if quote.start <= start and end <= quote.end:
+                around = sum(1 for s, e in quote.words if e <= start or s >= end)
+                return around >= self._context
+        return False
+
+    def negation(self, start: int, end: int, *, nil_after: bool = True) -> str:
+        """The words that negate text[start:end] ("not urgent", "isn't urgent", "no urgent
+        emails", "non-urgent", "urgent: none"), or "" when nothing does."""
+        before = self.text[max(0, start - 160) : start]
+        offset = start - len(before)
+        for between, token in enumerate(reversed(list(_SCOPE_TOKEN.finditer(before)))):
+            word = token.group(0)
+            if token.lastgroup == "mark" or word in _SCOPE_ENDS or between > NEGATION_REACH_WORDS:
+                break
+            if word in _NEGATORS or word.endswith("n't"):
+                return self.text[offset + token.start() : end]
+        after = _NIL_AFTER.match(self.text, end) if nil_after else None
+        return self.text[start : after.end()] if after else ""
+
+    def said(self, label: str) -> _Said:
+        words = _WORD.findall(_fold(label))
+        if not words:
+            return _Said("absent")
+        pattern = re.compile(r"(?<!\w)" + r"[\W_]+".join(map(re.escape, words)) + r"(?!\w)")
+        negation, echoed = "", False
+        for found in pattern.finditer(self.text):
+            if self.echoed(*found.span()):
+                echoed = True
+            elif words_negating := self.negation(*found.span()):
+                negation = negation or words_negating
+            else:
+                return _Said("asserted")
+        if negation:
+            return _Said("negated", negation)
+        return _Said("echoed" if echoed else "absent")
+
+
+def _unsaid(label: str, said: _Said) -> str:
+    """Why a label the answer has is no evidence (feedback)."""
+    if said.how == "negated":
+        return f"“{label}” is negated: “{said.negation}”"
+    if said.how == "echoed":
+        return f"“{label}” appears only where the answer repeats the task"
+    return f"“{label}” is missing"
+
+
+def _contradictions(config: dict) -> dict[str, set[str]]:
+    """Each label's contradicting labels, both ways round: ``{"urgent": ["low priority"]}`` also
+    makes "urgent" contradict "low priority" (but not the listed labels one another)."""
+    table = config.get("contradictions") or {}
+    if not isinstance(table, dict) or not all(
+        isinstance(others, list) and all(isinstance(o, str) for o in others) for others in table.values()
+    ):
+        raise EvaluatorError(f"contradictions must map a label to a list of labels, not {table!r}")
+    opposed: dict[str, set[str]] = {}
+    for label, others in table.items():
+        for other in others:
+            a, b = normalise(str(label)), normalise(other)
+            if a and b and a != b:
+                opposed.setdefault(a, set()).add(b)
+                opposed.setdefault(b, set()).add(a)
+    return opposed
+
+
+def _rivals(label: str, reading: _Reading, opposed: dict[str, set[str]], wanted: set[str]) -> list[str]:
+    """The labels contradicting ``label`` that the answer asserts (expected ones excepted)."""
+    return [c for c in sorted(opposed.get(label, ())) if c not in wanted and reading.said(c).how == "asserted"]
+
+
+def _contradicted(label: str, said: _Said, rivals: list[str]) -> list[str]:
+    # "not urgent" as a rival of a negated "urgent" is that negation again: named once.
+    again = re.compile(rf"(?<!\w){re.escape(label)}(?!\w)")
+    return [f"“{c}” contradicts “{label}”" for c in rivals if not (said.how == "negated" and again.search(c))]
+
+
+def _listed(values: list[str]) -> str:
+    return values[0] if len(values) == 1 else ", ".join(values[:-1]) + " and " + values[-1]
+
+
+def _compare_numeric(expected: str, output: str, config: dict, task: str = "") -> tuple[float, str, dict]:
+    """The number the answer asserts: the one it concludes ("the answer is 79", the last "= 79"),
+    else any number of its own. Numbers it only repeats from the task or negates are no evidence;
+    numbers offered as alternatives ("78, 79 or 80") share the credit."""
+    target = numbers_in(expected)[0]
+    tolerance = float(config.get("tolerance", 1e-6))
+
+    def right(value: float) -> bool:
+        return abs(value - target) <= tolerance * max(1.0, abs(target))
+
+    reading = _Reading(task, output)
+    text = reading.text
+    own: list[re.Match] = []
+    echoed, negation = False, ""
+    for found in NUMBER.finditer(text):
+        if reading.echoed(*found.span()):
+            echoed = echoed or right(float(found.group(0).replace(",", "")))
+        elif words := reading.negation(*found.span(), nil_after=False):
+            if right(float(found.group(0).replace(",", ""))):
+                negation = negation or words
+        else:
+            own.append(found)
+    values = [float(m.group(0).replace(",", "")) for m in own]
+    details: dict[str, Any] = {"found": numbers_in(output), "own": values}
+
+    def alternatives(i: int) -> list[float]:
+        lo = hi = i
+        while lo > 0 and _ALTERNATIVE_GAP.fullmatch(text, own[lo - 1].end(), own[lo].start()):
+            lo -= 1
+        while hi + 1 < len(own) and _ALTERNATIVE_GAP.fullmatch(text, own[hi].end(), own[hi + 1].start()):
+            hi += 1
+        return list(dict.fromkeys(values[lo : hi + 1]))
+
+    checking = _CHECKING.search(text)
+
+    def concludes(i: int, marker: re.Pattern) -> bool:
+        if marker is _EQUALS and checking and own[i].start() > checking.start():
+            return False
+        before = text[max(0, own[i].start() - 60) : own[i].start()]
+        return marker.search(before) is not None and not _OPERATOR_AFTER.match(text, own[i].end())
+
+    concluded = next(
+        (i for marker in (_STATED, _EQUALS) for i in reversed(range(len(own))) if concludes(i, marker)), None
+    )
+    if concluded is not None:
+        details["concluded"] = values[concluded]
+        candidates = alternatives(concluded)
+    else:
+        hits = [alternatives(i) for i, value in enumerate(values) if right(value)]
+        candidates = min(hits, key=len) if hits else []
+    details["candidates"] = candidates
+    if any(right(value) for value in candidates):
+        if len(candidates) > 1:
+            listed = _listed([f"{v:g}" for v in candidates])
+            score = 1 / len(candidates)
+            return score, f"The answer hedges between {listed}: the expected {target:g} is one of them.", details
+        verb = "concludes" if concluded is not None else "contains"
+        return 1.0, f"The answer {verb} {candidates[0]:g}, the expected {target:g}.", details
+    if concluded is not None:
+        aside = f" ({target:g} appears too, but is not what it concludes)" if any(map(right, values)) else ""
+        return 0.0, f"The answer concludes {values[concluded]:g}, not the expected {target:g}{aside}.", details
+    if reading.only_echoes:
+        return 0.0, "The answer only echoes the task.", details
+    has = ", ".join(f"{v:g}" for v in values) or "no numbers of its own"
+    reasons = [f"{target:g} is negated: “{negation}”"] if negation else []
+    if echoed:
+        reasons.append(f"{target:g} appears only where the answer repeats the task")
+    return 0.0, f"Expected {target:g}; the answer has {has}" + "".join(f"; {r}" for r in reasons) + ".", details
+
+
+def _compare_labels(expected: str, output: str, config: dict, task: str = "") -> tuple[float, str, dict]:
+    """The expected labels as a set: each one the answer asserts (not only repeats from the task,
+    not negated) counts; one it asserts beside a contradicting label counts half."""
+    wanted = {normalise(p) for p in _LABEL_SEPARATORS.split(expected) if normalise(p)}
+    if not wanted:
+        raise EvaluatorError("The expected answer has no labels to look for.")
+    reading = _Reading(task, output)
+    opposed = _contradictions(config)
+    credit: dict[str, float] = {}
+    notes: list[str] = []
+    rivals_said: set[str] = set()
+    for label in sorted(wanted):
+        said = reading.said(label)
+        rivals = _rivals(label, reading, opposed, wanted)
+        rivals_said.update(rivals)
+        if said.how == "asserted":
+            credit[label] = 0.5 if rivals else 1.0
+            if rivals:
+                notes.append(f"“{label}” is said beside {_listed([f'“{c}”' for c in rivals])}, which contradicts it")
+        else:
+            credit[label] = 0.0
+            if said.how != "absent":
+                notes.append(_unsaid(label, said))
+            notes += _contradicted(label, said, rivals)
+    present = {label for label, c in credit.items() if c > 0}
+    details: dict[str, Any] = {"expected": sorted(wanted), "found": sorted(present)}
+    universe = {normalise(str(label)) for label in config.get("all_labels", [])}
+    true_positive = sum(credit.values())
+    if universe:
+        # With the full label set known, naming a wrong label costs precision too (F1); so does
+        # a contradicting one.
+        predicted = {label for label in universe | wanted if reading.said(label).how == "asserted"} | rivals_said
+        precision = true_positive / len(predicted) if predicted else 0.0
+        recall = true_positive / len(wanted)
+        score = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        details.update(predicted=sorted(predicted), precision=precision, recall=recall)
+    else:
+        score = true_positive / len(wanted)
+    if not present and reading.only_echoes:
+        return 0.0, "The answer only echoes the task.", details
+    missing = sorted(label for label in wanted if reading.said(label).how == "absent")
+    parts = ["Missing labels: " + ", ".join(missing) + "."] if missing else []
+    parts += [note[0].upper() + note[1:] + "." for note in notes]
+    return score, " ".join(parts) or "All expected labels present.", details
+
+
+def _compare_regex(expected: str, output: str, config: dict, task: str = "") -> tuple[float, str, dict]:
+    pattern = expected.strip()[1:-1] if expected.strip().startswith("/") else expected.strip()
+    try:
+        matches = list(re.finditer(pattern, output, re.IGNORECASE | re.DOTALL))
+    except re.error as exc:
+        raise EvaluatorError(f"The expected-answer pattern is not a valid regular expression: {exc}") from exc
+    # The pattern is the author's own: it is read as written, but a match inside a repeat of the
+    # task is still no evidence.
+    reading = _Reading(task, output, fold=False)
+    own = next((m for m in matches if not reading.echoed(*m.span())), None)
+    if own:
+        return 1.0, f"The answer matches /{pattern}/.", {"match": own.group(0)[:200]}
+    if matches:
+        if reading.only_echoes:
+            return 0.0, "The answer only echoes the task.", {"match": matches[0].group(0)[:200]}
+        return 0.0, f"The answer matches /{pattern}/ only where it repeats the task.", {}
+    return 0.0, f"The answer does not match /{pattern}/.", {}
+
+
+def _compare_exact(expected: str, output: str, config: dict, task: str = "") -> tuple[float, str, dict]:
+    ok = expected.strip() == output.strip()
+    return float(ok), "Exactly the expected answer." if ok else "Not exactly the expected answer.", {}
+
+
+def _compare_normalised(expected: str, output: str, config: dict, task: str = "") -> tuple[float, str, dict]:
+    """The expected answer, contained in the answer and asserted there: not only repeated from
+    the task, not negated; asserted beside a contradicting label, it counts half."""
+    want, got = normalise(expected), normalise(output)
+    if want == got:
+        return 1.0, "The expected answer, up to case and punctuation.", {}
+    if not want:
+        return 0.0, "The answer does not contain the expected answer.", {}
+    reading = _Reading(task, output)
+    said = reading.said(want)
+    rivals = _rivals(want, reading, _contradictions(config), {want})
+    details = {"said": said.how, "contradicting": rivals}
+    if said.how == "asserted":
+        if rivals:
+            others = _listed([f"“{c}”" for c in rivals])
+            return 0.5, f"The answer says “{want}” but also says {others}, which contradicts “{want}”.", details
+        return 1.0, "The answer contains the expected answer.", details
+    if reading.only_echoes:
+        return 0.0, "The answer only echoes the task.", details
+    reasons = ([_unsaid(want, said)] if said.how != "absent" else []) + _contradicted(want, said, rivals)
+    if not reasons:
+        return 0.0, "The answer does not contain the expected answer.", details
+    return 0.0, "Not credited: " + "; ".join(reasons) + ".", details
+
+
+COMPARISONS = {
+    "numeric": _compare_numeric,
+    "labels": _compare_labels,
+    "regex": _compare_regex,
+    "exact": _compare_exact,
+    "normalised": _compare_normalised,
+}
+
+
+def reference_evaluator(run: Run, config: dict) -> Verdict | None:
+    """Compare the final answer with the task's expected answer; not applicable without one.
+    Only what the answer asserts counts (see "What an answer asserts" above). Its verdict:
+    accomplished when the answer matches fully (score 1: every expected label, the number, the
+    pattern), not accomplished otherwise."""
+    expected = run.task.expected_answer
+    if not expected.strip():
+        return None
+    mode = config.get("mode", "auto")
+    if mode == "auto":
+        mode = choose_mode(expected)
+    compare = COMPARISONS.get(mode)
+    if compare is None:
+        raise EvaluatorError(f"Unknown reference mode {mode!r}; use one of {', '.join(COMPARISONS)}.")
+    score, feedback, details = compare(expected, run.final_output or "", config, run.task.text or "")
+    return Verdict(score=score, feedback=feedback, details={"mode": mode, **details}, accomplished=score >= 1.0)
