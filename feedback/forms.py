@@ -274,6 +274,7 @@ def _no_constant(name: str) -> None:
 
 
 class StrategyEditForm(forms.Form):
+    title = forms.CharField(label=_("Title"), max_length=200)
     pattern = forms.CharField(label=_("Pattern"), max_length=4000, widget=forms.Textarea(attrs={"rows": 2}))
     old_behaviour = forms.CharField(
         label=_("Old behaviour"), max_length=4000, required=False, widget=forms.Textarea(attrs={"rows": 2})

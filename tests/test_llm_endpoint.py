@@ -225,3 +225,21 @@ def test_the_json_mode_catalogue_is_compact(endpoint, settings):
     run_task()
     system = endpoint.requests[0]["messages"][0]["content"]
     assert "maxLength" not in system and '"type":"string"' in system
+
+
+def test_an_active_tool_mode_guardrail_asks_its_runs_for_json_replies(endpoint):
+    from feedback.models import Strategy, StrategyVersion
+
+    strategy = Strategy.objects.create(title="JSON replies", pattern_kind="malformed_reply", status="active")
+    strategy.current_version = StrategyVersion.objects.create(
+        strategy=strategy, number=1, title="JSON replies", pattern="p", new_guidance="Reply in JSON.",
+        condition={"task_kinds": ["arithmetic"]}, guardrails=[{"type": "tool_mode", "mode": "json"}],
+    )  # fmt: skip
+    strategy.save()
+    endpoint.script = [completion('{"final_answer": "4"}'), completion("Hello")]
+    run = run_task()
+    assert run.final_output == "4"
+    first = endpoint.requests[0]
+    assert "tools" not in first and "Reply with ONE JSON object" in first["messages"][0]["content"]
+    other = run_task(text="Say hello", kind=Task.Kind.GENERAL)  # out of the strategy's scope: native tools
+    assert other.final_output == "Hello" and endpoint.requests[1]["tools"]

@@ -14,7 +14,8 @@ from .conftest import make_user
 def make_strategy(**fields) -> Strategy:
     strategy = Strategy.objects.create(title="Resolve paths", pattern_kind="error_signature", **fields)
     strategy.current_version = StrategyVersion.objects.create(
-        strategy=strategy, number=1, pattern="read_text_file: no such file", new_guidance="Use exact paths.",
+        strategy=strategy, number=1, title=strategy.title, pattern="read_text_file: no such file",
+        new_guidance="Use exact paths.",
         condition={"task_kinds": ["file_analysis"]},
     )  # fmt: skip
     strategy.save()
@@ -86,6 +87,28 @@ class TestTransitions:
         assert version.pattern == "read_text_file: no such file"  # unchanged fields carry over
         assert s.versions.get(number=1).new_guidance == "Use exact paths."
         assert s.events.get().action == "edit"
+
+    def test_an_edited_title_is_a_new_version_with_its_audit_event(self, reviewer):
+        s = make_strategy()
+        version = services.strategy_edit(
+            strategy=s, editor=reviewer, reason="say what it does", title="Look in sub-folders for the file"
+        )
+        s.refresh_from_db()
+        assert s.title == "Look in sub-folders for the file" == version.title and version.number == 2
+        assert version.new_guidance == "Use exact paths."  # the rest carries over
+        assert s.versions.get(number=1).title == "Resolve paths"  # the old version keeps its title
+        event = s.events.get()
+        assert (event.action, event.version, event.actor) == ("edit", version, reviewer)
+        assert event.reason == "say what it does"
+        assert event.snapshot["title"] == "Look in sub-folders for the file"
+
+    def test_a_title_cannot_be_emptied(self, reviewer):
+        s = make_strategy()
+        with pytest.raises(ValidationError) as bad:
+            services.strategy_edit(strategy=s, editor=reviewer, title="   ")
+        assert "The title cannot be empty." in str(bad.value)
+        s.refresh_from_db()
+        assert s.title == "Resolve paths" and s.versions.count() == 1
 
     def test_edit_refuses_bad_content(self, reviewer):
         s = make_strategy()

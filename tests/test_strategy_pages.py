@@ -70,7 +70,8 @@ def test_the_trial_panel_shows_both_arms(client, reviewer, settings):
 
 def test_a_bad_edit_keeps_what_was_typed(client, reviewer, proposed):
     client.force_login(reviewer)
-    data = {"pattern": "p", "new_guidance": "Read <carefully>", "condition": "{not json", "guardrails": "[]"}
+    data = {"title": "t", "pattern": "p", "new_guidance": "Read <carefully>", "condition": "{not json",
+            "guardrails": "[]"}  # fmt: skip
     response = client.post(reverse("feedback-strategy-edit", args=[proposed.pk]), data)
     html = response.content.decode()
     assert response.status_code == 400 and "Not valid JSON" in html
@@ -81,6 +82,26 @@ def test_a_bad_edit_keeps_what_was_typed(client, reviewer, proposed):
     assert response.status_code == 302
     proposed.refresh_from_db()
     assert proposed.current_version.number == 2 and proposed.current_version.condition["keywords"] == ["notes"]
+
+
+def test_a_reviewer_edits_the_title_and_guidance_in_the_browser(client, reviewer, proposed):
+    client.force_login(reviewer)
+    url = reverse("feedback-strategy-detail", args=[proposed.pk])
+    html = client.get(url).content.decode()
+    assert 'name="title"' in html and 'value="Resolve paths"' in html
+    data = {"title": "Find the file before reading it", "pattern": "read_text_file: no such file",
+            "new_guidance": "List the folders, then read the exact path.", "condition": "{}", "guardrails": "[]",
+            "reason": "clearer"}  # fmt: skip
+    response = client.post(reverse("feedback-strategy-edit", args=[proposed.pk]), data, follow=True)
+    html = response.content.decode()
+    assert "Saved as version 2." in html
+    assert "<h1>Find the file before reading it</h1>" in html
+    assert "List the folders, then read the exact path." in html
+    proposed.refresh_from_db()
+    assert proposed.title == "Find the file before reading it"
+    assert proposed.versions.get(number=1).title == "Resolve paths"
+    # The history shows each version with its title.
+    assert "v1 · " in html and "Resolve paths" in html
 
 
 def test_the_mining_schedule_is_edited_without_a_restart(client, reviewer):

@@ -8,6 +8,13 @@ Kinds (each a dict with a "type"):
   exist to the one file of that name in the workspace, when there is exactly one.
 - ``retry_policy``: ``{"tool": ..., "timeout": 20, "max_attempts": 5}`` overrides the tool's.
 - ``tool_disabled``: ``{"tool": ...}`` refuses the tool for the runs the strategy matches.
+- ``tool_subset``: ``{"tools": ["list_directory", "read_text_file"]}`` offers only those tools
+  (and update_plan, which the base prompt asks every run to call): fewer tools, a shorter
+  catalogue, fewer names to make up, which is what small models need. Applied by ``tools()``.
+- ``tool_mode``: ``{"mode": "json"}`` or ``{"mode": "native"}``: how the run's model calls ask for
+  tool calls (LLM_TOOL_MODE, per run). ``tool_mode(configured)`` says which mode to use.
+
+The first four apply to one tool (``"tool"``); the last two to the run.
 """
 
 import json
@@ -19,7 +26,11 @@ from typing import Any
 from .sandbox import SandboxError, resolve
 from .tools import Tool
 
-KINDS = ("tool_precondition", "parameter_rule", "retry_policy", "tool_disabled")
+KINDS = ("tool_precondition", "parameter_rule", "retry_policy", "tool_disabled", "tool_subset", "tool_mode")
+_RUN_KINDS = frozenset({"tool_subset", "tool_mode"})
+TOOL_MODES = ("json", "native")
+# The base prompt (prompts.py) tells every run to record a plan with it first: never taken away.
+ALWAYS_OFFERED = frozenset({"update_plan"})
 
 
 def check_guardrails(guardrails: Any) -> list[str]:
@@ -31,7 +42,13 @@ def check_guardrails(guardrails: Any) -> list[str]:
         if not isinstance(g, dict) or g.get("type") not in KINDS:
             problems.append(f"Guardrail {i}: type must be one of {', '.join(KINDS)}.")
             continue
-        if not isinstance(g.get("tool"), str) or not g["tool"]:
+        if g["type"] == "tool_subset":
+            tools = g.get("tools")
+            if not isinstance(tools, list) or not tools or not all(isinstance(t, str) and t for t in tools):
+                problems.append(f"Guardrail {i}: a tool subset needs 'tools' (a non-empty list of tool names).")
+        if g["type"] == "tool_mode" and g.get("mode") not in TOOL_MODES:
+            problems.append(f"Guardrail {i}: a tool mode needs 'mode': {' or '.join(TOOL_MODES)}.")
+        if g["type"] not in _RUN_KINDS and (not isinstance(g.get("tool"), str) or not g["tool"]):
             problems.append(f"Guardrail {i}: name the tool it applies to.")
         if g["type"] == "tool_precondition" and not isinstance(g.get("requires"), str):
             problems.append(f"Guardrail {i}: a precondition needs 'requires' (a tool name).")
@@ -73,16 +90,41 @@ class Guardrails:
         return [r for r in self.rules if r["type"] == kind and r.get("tool") == tool]
 
     def tools(self, tools: dict[str, Tool]) -> dict[str, Tool]:
-        """The registry with disabled tools removed and retry policies applied."""
+        """The registry with disabled tools removed, retry policies applied, and only the tools of
+        the tool subsets offered (of several subsets, the tools in all of them)."""
+        allowed = self.allowed_tools(set(tools))
         out = {}
         for name, tool in tools.items():
-            if self._for(name, "tool_disabled"):
+            if self._for(name, "tool_disabled") or (allowed is not None and name not in allowed):
                 continue
             for policy in self._for(name, "retry_policy"):
                 tool = replace(tool, timeout=float(policy.get("timeout", tool.timeout)),
                                max_attempts=int(policy.get("max_attempts", tool.max_attempts)))  # fmt: skip
             out[name] = tool
         return out
+
+    def allowed_tools(self, available: set[str]) -> set[str] | None:
+        """The tools the subsets leave, or None when there is no subset. A subset that names no
+        tool of this registry (renamed, or an MCP server gone) leaves the registry as it is: a
+        rule learned elsewhere must not take every tool away."""
+        subsets = [set(r.get("tools") or []) for r in self.rules if r["type"] == "tool_subset"]
+        if not subsets:
+            return None
+        allowed = set.intersection(*subsets) & available
+        return (allowed | ALWAYS_OFFERED) if allowed else None
+
+    def tool_mode(self, configured: str) -> str:
+        """The LLM_TOOL_MODE the run's model calls use, given the configured one ("auto",
+        "native" or "json"). ``json`` rules: "json" (every chat endpoint can answer in JSON).
+        ``native`` rules: "native" when that is configured, else "auto" (native tool calls, and
+        JSON replies if the endpoint refuses tools, as "auto" does), so a rule never makes a run
+        fail on an endpoint without tool support. Rules that disagree, or none: ``configured``."""
+        modes = {r.get("mode") for r in self.rules if r["type"] == "tool_mode"} & set(TOOL_MODES)
+        if modes == {"json"}:
+            return "json"
+        if modes == {"native"}:
+            return "native" if configured == "native" else "auto"
+        return configured
 
     def disabled(self, name: str) -> bool:
         return bool(self._for(name, "tool_disabled"))

@@ -90,13 +90,13 @@ class AgentLoop:
         if self.run.system_prompt:
             # Resumed: keep the exact prompt, strategies and tools the run started with.
             injection = strategy_injection.recorded(self.run)
-            self.guardrails = Guardrails(injection.guardrails, self.context.workspace)
+            self._use_guardrails(injection.guardrails)
             offered = set(self.run.tools_offered)
             self.tools = self.guardrails.tools({n: t for n, t in self.all_tools.items() if n in offered})
             return
         injection = strategy_injection.select(self.run)
         strategy_injection.record(self.run, injection)
-        self.guardrails = Guardrails(injection.guardrails, self.context.workspace)
+        self._use_guardrails(injection.guardrails)
         self.tools, method = select_tools(self.run.task.text, self.guardrails.tools(self.all_tools))
         self.record.update_run(
             system_prompt=build_system_prompt(injection.guidance, injection.examples),
@@ -105,6 +105,13 @@ class AgentLoop:
             tools_offered=sorted(self.tools),
             tool_selection=method,
         )
+
+    def _use_guardrails(self, rules: list[dict]) -> None:
+        self.guardrails = Guardrails(rules, self.context.workspace)
+        # A strategy may switch how the model is asked to call tools (native or JSON replies), for
+        # this run only: the model client is made per run. The offline model has no such mode.
+        if hasattr(self.model, "tool_mode"):
+            self.model.tool_mode = self.guardrails.tool_mode(self.model.tool_mode)
 
     def _limit_reached(self) -> str:
         step_count, cancel_requested = self.record.progress()

@@ -24,6 +24,7 @@ class Strategy(models.Model):
         ERROR_SIGNATURE = "error_signature", _("Error signature")
         TOOL_SEQUENCE = "tool_sequence", _("Tool-call sequence")
         EVALUATOR_FEEDBACK = "evaluator_feedback", _("Evaluator feedback")
+        MALFORMED_REPLY = "malformed_reply", _("Malformed or empty model reply")
         MANUAL = "manual", _("Written by a person")
 
     # The lifecycle: anything not listed here is an illegal transition.
@@ -92,6 +93,9 @@ class StrategyVersion(models.Model):
 
     strategy = models.ForeignKey(Strategy, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()
+    # The strategy's title as of this version (Strategy.title is the current one's): an edited
+    # title is a new version like any other edit.
+    title = models.CharField(_("title"), max_length=200, blank=True)
     pattern = models.TextField(_("pattern"))
     old_behaviour = models.TextField(_("old behaviour"), blank=True)
     new_guidance = models.TextField(_("new guidance"))
@@ -113,6 +117,7 @@ class StrategyVersion(models.Model):
     def snapshot(self) -> dict:
         return {
             "version": self.number,
+            "title": self.title,
             "pattern": self.pattern,
             "old_behaviour": self.old_behaviour,
             "new_guidance": self.new_guidance,

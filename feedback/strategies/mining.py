@@ -11,8 +11,11 @@ which (the beat job and the "Analyse now" button pass STRATEGY_MINING_WINDOW_DAY
 steps and evaluations included, is bounded by the window's runs, found by their creation time
 (the run indexes); the window is recorded with each pattern and so with each proposal.
 
-Four kinds of pattern, each counted in the database over the window (never by loading runs):
+Five kinds of pattern, each counted in the database over the window (never by loading runs):
 - an error signature (tool + error class + normalised message) recurring in failing runs;
+- a malformed or empty model reply (the main way small models fail): a reply that was not valid
+  JSON or had unusable tool_calls (JSON mode), an empty reply, a call to an unknown tool, or
+  arguments that are not a JSON object or break the tool's parameters, by failure and reply mode;
 - a tool-call sequence (a bigram of consecutive calls) present in failures, absent in successes;
 - a task kind + keyword of the task text over-represented among failures;
 - an evaluator's feedback recurring on low scores.
@@ -29,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import BooleanField, Count, ExpressionWrapper, Min, Q, QuerySet
+from django.db.models import BooleanField, Case, CharField, Count, ExpressionWrapper, Min, Q, QuerySet, Value, When
 from django.db.models.functions import Substr
 from django.utils import timezone
 
@@ -133,7 +136,12 @@ def mine(*, window_days: int | None) -> list[Pattern]:
             failing=Count("id", filter=_failing()), succeeding=Count("id", filter=_succeeding())
         )
     }
-    patterns = _error_signatures(since, totals) + _sequences(since, totals) + _feedback(since, totals)
+    patterns = (
+        _error_signatures(since, totals)
+        + _malformed_replies(since, totals)
+        + _sequences(since, totals)
+        + _feedback(since, totals)
+    )
     covered = {run for p in patterns for run in p.evidence}
     # A keyword pattern whose failures another pattern already explains adds only noise.
     patterns += [p for p in _keywords(since, totals) if len(set(p.evidence) - covered) > len(p.evidence) // 2]
@@ -180,6 +188,8 @@ def _error_signatures(since, totals) -> list[Pattern]:
         _window_steps(since)
         .filter(kind=Step.Kind.TOOL_CALL, success=False)
         .exclude(error_signature="")
+        # Calls the model wrote wrong (unknown tool, unusable arguments) are malformed replies.
+        .exclude(error_class=INVALID_CALL)
         .values("error_signature", "tool_name", "error_class", "run__task_kind")
         .annotate(
             failing=Count("run", distinct=True, filter=_failing("run__")),
@@ -204,6 +214,132 @@ def _error_signatures(since, totals) -> list[Pattern]:
             pattern.evidence = _evidence(since, Q(run__task_kind=kind, error_signature=row["error_signature"]))
             patterns.append(pattern)
     return patterns
+
+
+# --- malformed and empty model replies -----------------------------------------------------
+# How the agent records them (feedback/agent/loop.py and invoker.py): a reply the loop could not
+# use is a model_error step, "MalformedReply" (JSON mode: parse_json_reply's message says what was
+# wrong) or "EmptyReply"; a tool call the model wrote wrong is a failed tool_call step,
+# "InvalidToolCall" (an unknown tool, or arguments that are not a JSON object or break the
+# tool's JSON Schema). "LLMError" (the endpoint could not be reached) is not the model's reply.
+MALFORMED, EMPTY, INVALID_CALL = "MalformedReply", "EmptyReply", "InvalidToolCall"
+
+# The failure, from the recorded message (the messages are the runtime's own, in English).
+REPLY_FAILURE = Case(
+    When(error_class=EMPTY, then=Value("empty_reply")),
+    When(error_class=MALFORMED, error__startswith="Your reply", then=Value("invalid_json")),
+    When(error_class=MALFORMED, then=Value("bad_tool_calls")),
+    When(error_class=INVALID_CALL, error__startswith="Unknown tool", then=Value("unknown_tool")),
+    When(error_class=INVALID_CALL, error__startswith="The arguments", then=Value("malformed_arguments")),
+    When(error_class=INVALID_CALL, error__startswith="Invalid arguments for", then=Value("invalid_arguments")),
+    # Anything else ("the parameters' schema cannot be used", an MCP server's) is not the model's.
+    default=Value(""),
+    output_field=CharField(),
+)
+# The reply mode, as far as the step shows it: a MalformedReply only exists in JSON mode, and
+# JSON mode names its calls "json-<turn>-<i>" (llm.parse_json_reply). An empty text in JSON mode
+# is invalid JSON, so an EmptyReply is native (or, rarely, a JSON reply with an empty answer).
+REPLY_MODE = Case(
+    When(error_class=MALFORMED, then=Value("json")),
+    When(tool_call_id__startswith="json-", then=Value("json")),
+    default=Value("native"),
+    output_field=CharField(),
+)
+
+
+def reply_failure(*, error_class: str, error: str, tool_call_id: str = "") -> tuple[str, str] | None:
+    """(failure, mode) of one step, as REPLY_FAILURE and REPLY_MODE say in SQL; None when the
+    step is not a malformed or empty reply. For the review page, which reads a few steps."""
+    if error_class == EMPTY:
+        failure = "empty_reply"
+    elif error_class == MALFORMED:
+        failure = "invalid_json" if error.startswith("Your reply") else "bad_tool_calls"
+    elif error_class == INVALID_CALL and error.startswith("Unknown tool"):
+        failure = "unknown_tool"
+    elif error_class == INVALID_CALL and error.startswith("The arguments"):
+        failure = "malformed_arguments"
+    elif error_class == INVALID_CALL and error.startswith("Invalid arguments for"):
+        failure = "invalid_arguments"
+    else:
+        return None
+    mode = "json" if error_class == MALFORMED or tool_call_id.startswith("json-") else "native"
+    return failure, mode
+
+
+def _reply_steps(since: datetime) -> QuerySet[Step]:
+    return (
+        _window_steps(since)
+        .filter(kind__in=[Step.Kind.MODEL_ERROR, Step.Kind.TOOL_CALL], error_class__in=[MALFORMED, EMPTY, INVALID_CALL])
+        .annotate(failure=REPLY_FAILURE, mode=REPLY_MODE)
+        .exclude(failure="")
+    )
+
+
+def _malformed_replies(since, totals) -> list[Pattern]:
+    rows = (
+        _reply_steps(since)
+        .values("failure", "mode", "run__task_kind")
+        .annotate(
+            failing=Count("run", distinct=True, filter=_failing("run__")),
+            succeeding=Count("run", distinct=True, filter=_succeeding("run__")),
+            example=Min("error"),
+        )
+        .filter(failing__gte=settings.STRATEGY_MIN_SUPPORT)
+    )
+    patterns = []
+    for row in rows:
+        kind, failure, mode = row["run__task_kind"], row["failure"], row["mode"]
+        pattern = _pattern(
+            "malformed_reply",
+            f"malformed_reply:{kind}:{failure}:{mode}",
+            kind,
+            row["failing"],
+            row["succeeding"],
+            totals,
+            {"failure": failure, "mode": mode, "example_error": row["example"]},
+        )
+        if not _keep(pattern):
+            continue
+        pattern.evidence = list(
+            _reply_steps(since)
+            .filter(run__task_kind=kind, failure=failure, mode=mode)
+            .filter(_failing("run__"))
+            .values_list("run_id", flat=True)
+            .distinct()
+            .order_by("run_id")[:EVIDENCE_LIMIT]
+        )
+        pattern.details.update(_remedy_facts(since, kind, pattern.evidence))
+        patterns.append(pattern)
+    return patterns
+
+
+def _remedy_facts(since: datetime, kind: str, evidence: list[int]) -> dict:
+    """What the remedies need to know, from the window: the tools the succeeding runs of the kind
+    used (a smaller offer), the tools the evidence runs were offered, and whether native tool
+    calls worked with the evidence runs' models (a switch to native mode is safe only then)."""
+    used = sorted(
+        set(
+            _window_steps(since)
+            .filter(run__task_kind=kind, kind=Step.Kind.TOOL_CALL, success=True)
+            .filter(_succeeding("run__"))
+            .values_list("tool_name", flat=True)
+            .distinct()[:50]
+        )
+    )
+    offered: set[str] = set()
+    models: set[str] = set()
+    for tools, model in Run.objects.filter(pk__in=evidence).values_list("tools_offered", "model_name"):
+        offered |= {t for t in tools or [] if isinstance(t, str)}
+        models.add(model)
+    native = (
+        _window_steps(since)
+        .filter(kind=Step.Kind.TOOL_CALL, run__model_name__in=models - {""}, run__llm_backend="openai")
+        .exclude(error_class=INVALID_CALL)
+        .exclude(tool_call_id__startswith="json-")
+        .exclude(tool_call_id="")
+        .exists()
+    )
+    return {"tools_used_by_successes": used, "tools_offered": sorted(offered), "native_tool_calls_work": native}
 
 
 # What _failing() and _succeeding() say, for the raw SQL below (r is the run).
@@ -285,7 +421,7 @@ def _feedback(since, totals) -> list[Pattern]:
         .exclude(kind=Evaluation.Kind.HUMAN)
         .filter(score__lt=settings.STRATEGY_LOW_SCORE)
         .annotate(gist=Substr("feedback", 1, 120))
-        .values("evaluator", "gist", "run__task_kind")
+        .values("evaluator", "kind", "gist", "run__task_kind")
         .annotate(failing=Count("run", distinct=True, filter=_failing("run__")))
         .filter(failing__gte=settings.STRATEGY_MIN_SUPPORT)
     )
@@ -307,7 +443,7 @@ def _feedback(since, totals) -> list[Pattern]:
             row["failing"],
             succeeding,
             totals,
-            {"evaluator": row["evaluator"], "feedback": row["gist"]},
+            {"evaluator": row["evaluator"], "evaluator_kind": row["kind"], "feedback": row["gist"]},
         )
         if _keep(pattern):
             pattern.evidence = list(

@@ -4,25 +4,34 @@ A pattern already known (same pattern key) is merged into its strategy: the new 
 are added and its support rises, as ExpeL keeps a counter per insight, instead of repeating the
 proposal. Guidance is written by the LLM from the evidence when an endpoint is configured, from
 templates otherwise; guardrails come from rules, so they never depend on a model's whim.
+
+Titles and guidance generalise (generalise.py): they are written from the pattern's kind (the
+tool, the error class, the kind of evaluator feedback, the kind of malformed reply), never pasted
+from an evaluator's text, and whatever writes them, template or model, they are checked against
+the evidence runs' expected answers, the numbers in those and the file names the runs used. A
+model's proposal that quotes any of them is refused for the template.
 """
 
 import json
 import logging
+import re
 
 from django.conf import settings
 from django.db import transaction
 
-from feedback.agent.errors import normalise_message
-from feedback.agent.guardrails import check_guardrails
+from feedback.agent.guardrails import ALWAYS_OFFERED, check_guardrails
 from feedback.agent.llm import use_endpoint
 from feedback.models import Run, Step, Strategy, StrategyEvent, StrategyVersion
 
 from .conditions import check_condition
+from .generalise import Secrets, generalise, leaks, redact, secrets
 from .mining import Pattern, mine
 from .services import strategy_approve
 
 logger = logging.getLogger(__name__)
 _DISCOVERY_TOOLS = {"list_directory"}
+# (title, pattern text, old behaviour, new guidance)
+type Proposal = tuple[str, str, str, str]
 
 
 def _guardrails(pattern: Pattern) -> list[dict]:
@@ -41,21 +50,133 @@ def _guardrails(pattern: Pattern) -> list[dict]:
         # "A, then look around" where A usually failed: look around before A instead.
         if then in _DISCOVERY_TOOLS and d.get("first_call_failed_share", 0) >= 0.5:
             return [{"type": "tool_precondition", "tool": first, "requires": then}]
+    if pattern.kind == "malformed_reply":
+        return _reply_guardrails(d)
     return []
 
 
-def _template(pattern: Pattern) -> tuple[str, str, str, str]:
-    """(title, pattern text, old behaviour, new guidance) without a model."""
+def _reply_guardrails(d: dict) -> list[dict]:
+    """The engine's remedies for malformed or empty replies, where the evidence supports them."""
+    failure, mode, rules = d["failure"], d["mode"], []
+    offered = set(d.get("tools_offered") or [])
+    used = (set(d.get("tools_used_by_successes") or []) - ALWAYS_OFFERED) & offered
+    # Fewer tools: only those the succeeding runs of the kind used (besides the plan), when that
+    # is fewer than the failing runs were offered. A shorter catalogue leaves a small model fewer
+    # names to invent, and less to get wrong in a JSON reply (JSON mode puts every tool's schema
+    # into the prompt).
+    fewer = bool(used) and (used | ALWAYS_OFFERED) & offered < offered
+    if failure in {"unknown_tool", "invalid_json", "bad_tool_calls", "empty_reply"} and fewer:
+        rules.append({"type": "tool_subset", "tools": sorted(used)})
+    # JSON replies that fail: native tool calls, but only where they are known to work with the
+    # evidence's models (a server without tool support can answer a request with tools by a
+    # retryable 500 that the JSON fallback never sees).
+    if mode == "json" and failure in {"invalid_json", "bad_tool_calls"} and d.get("native_tool_calls_work"):
+        rules.append({"type": "tool_mode", "mode": "native"})
+    # Native replies that come back empty (often a tool call the server could not parse) or with
+    # arguments that are not JSON: JSON mode, which every chat endpoint can answer, and in which
+    # the whole reply, arguments included, is one object the runtime parses itself.
+    if mode == "native" and failure in {"empty_reply", "malformed_arguments"}:
+        rules.append({"type": "tool_mode", "mode": "json"})
+    return rules
+
+
+# Evaluator feedback by what it says, so the guidance is about the kind of shortfall, not about
+# one task: (category, how to recognise it, what answers do, what to do instead).
+_FEEDBACK_CATEGORIES = (
+    ("gives_up", re.compile(r"gives? up|gave up|refus|the run ended", re.I),
+     "answers give up", "Final answers give up on the task (“I could not…”).",
+     "In {kind} tasks, do not end with an answer that gives up while a tool can still help: when a call "
+     "fails, read its error, correct the arguments or look around the workspace (list the folders, "
+     "including sub-folders), and then answer what was asked."),
+    ("reference", re.compile(r"expected|does not match|does not contain|missing labels", re.I),
+     "answers miss the expected result", "Final answers do not give the result the task expects.",
+     "In {kind} tasks, before giving the final answer, check it against each thing the task asks for "
+     "(every quantity, label, name and unit it requests), work it out from the tool results rather than "
+     "guessing, and state the result itself in the answer."),
+    ("length", re.compile(r"characters|too short|too long|number of words|word count|length", re.I),
+     "answers have the wrong length", "Final answers are shorter or longer than the task asks.",
+     "In {kind} tasks, give the final answer at the length the task asks for: count with a tool where one "
+     "can, rather than estimate, and do not stop at a fragment."),
+    ("format", re.compile(r"\bmatches\b|format|json", re.I),
+     "answers are not in the form asked for", "Final answers are not in the form the task asks for.",
+     "In {kind} tasks, give the final answer in exactly the form the task asks for (a number, a list, "
+     "labels, a sentence), without other text around it."),
+    ("keyword", re.compile(r"mentions|missing", re.I),
+     "answers leave out what was asked", "Final answers leave out items the task asks about.",
+     "In {kind} tasks, name in the final answer each item the task asks about, in the task's own words."),
+)  # fmt: skip
+_FEEDBACK_OTHER = (
+    "other", None, "answers score low", "Final answers draw low scores.",
+    "In {kind} tasks, re-read the task before answering and make sure the final answer addresses every "
+    "part of it, using what the tools showed.",
+)  # fmt: skip
+
+
+def feedback_category(evaluator_kind: str, feedback: str) -> tuple:
+    if evaluator_kind == "reference":
+        return _FEEDBACK_CATEGORIES[1]
+    return next((c for c in _FEEDBACK_CATEGORIES if c[1].search(feedback)), _FEEDBACK_OTHER)
+
+
+# Malformed and empty replies (mining's reply failures): (title, what the model does, the format
+# reminder). The reminder says how to reply; it never quotes a reply. The JSON ones say "when asked
+# to reply in JSON": with a tool-mode switch to native calls the run is not, unless the endpoint
+# refuses tools and it falls back to JSON replies.
+_REPLY_FAILURES = {
+    "invalid_json": (
+        "Replies are not valid JSON in {kind} tasks",
+        "Replies with text that is not one valid JSON object (prose, code fences, a cut-off object).",
+        "When asked to reply in JSON, reply with exactly one JSON object and nothing else: no text before or "
+        "after it, no code fences, double quotes around every key and string, every bracket closed. To call tools: "
+        '{{"tool_calls": [{{"name": "<tool>", "arguments": {{...}}}}]}}; when done: {{"final_answer": "..."}}.',
+    ),
+    "bad_tool_calls": (
+        "Replies have unusable tool calls in {kind} tasks",
+        "Replies with JSON that has neither a usable 'tool_calls' list nor a 'final_answer'.",
+        'When asked to reply in JSON, each reply is either {{"tool_calls": [...]}} with at least one call, each '
+        'call an object with "name" (one of the listed tools) and "arguments" (an object), or '
+        '{{"final_answer": "..."}} with the answer as a string.',
+    ),
+    "empty_reply": (
+        "Empty replies in {kind} tasks",
+        "Replies with nothing: no text and no tool call.",
+        "Never reply with an empty message: every reply either calls one of the listed tools or gives the "
+        "final answer as text.",
+    ),
+    "unknown_tool": (
+        "Calls to tools that do not exist in {kind} tasks",
+        "Calls tools by names that are not in the list of tools.",
+        "Call only the tools listed for this task, with exactly their names; never invent a tool. If no listed "
+        "tool fits, work with the ones there are, or give the final answer.",
+    ),
+    "malformed_arguments": (
+        "Tool arguments are not a JSON object in {kind} tasks",
+        "Gives tool arguments that are not one valid JSON object.",
+        "Give each tool call's arguments as one JSON object with double-quoted keys and strings, matching "
+        "the tool's parameters, and nothing else.",
+    ),
+    "invalid_arguments": (
+        "Tool arguments break the tools' parameters in {kind} tasks",
+        "Gives tool arguments with missing, misnamed or mistyped parameters.",
+        "Give each tool exactly the parameters its schema declares: every required one, with the names and "
+        "types it lists (strings in quotes, numbers without), and no others.",
+    ),
+}
+
+
+def _template(pattern: Pattern, found: Secrets) -> Proposal:
+    """(title, pattern text, old behaviour, new guidance) without a model, from the pattern's
+    kind; the only evidence text it quotes is an error message, generalised."""
     d, kind = pattern.details, pattern.task_kind.replace("_", " ")
     share = f"{pattern.failing_with} of {pattern.failing_total} failing {kind} runs"
     contrast = f"{pattern.succeeding_with} of {pattern.succeeding_total} succeeding ones"
     if pattern.kind == "error_signature":
+        error = generalise(d["example_error"], found)
         return (
-            f"{d['tool']} fails: {normalise_message(d['example_error'])[:80]}",
-            f"{d['tool']} failed with {d['error_class']} ('{d['example_error'][:160]}') "
-            f"in {share}, against {contrast}.",
-            f"Calls {d['tool']} in a way that fails with: {d['example_error'][:200]}",
-            f"When calling {d['tool']} in {kind} tasks, avoid this failure: {d['example_error'][:200].rstrip('.')}. "
+            f"{d['tool']} fails: {error[:80]}",
+            f"{d['tool']} failed with {d['error_class']} ('{error[:160]}') in {share}, against {contrast}.",
+            f"Calls {d['tool']} in a way that fails with: {error[:200]}",
+            f"When calling {d['tool']} in {kind} tasks, avoid this failure: {error[:200].rstrip('.')}. "
             "Check the arguments against what earlier observations showed (for file paths: list the "
             "directories, including sub-folders, and use the exact path).",
         )
@@ -68,24 +189,51 @@ def _template(pattern: Pattern) -> tuple[str, str, str, str]:
             f"In {kind} tasks, call {then} before {first}, and use what it shows to choose {first}'s arguments.",
         )
     if pattern.kind == "evaluator_feedback":
+        _, _, summary, old, guidance = feedback_category(d.get("evaluator_kind", ""), d["feedback"])
         return (
-            f"Evaluator {d['evaluator']}: {d['feedback'][:60]}",
-            f"The {d['evaluator']} evaluator said '{d['feedback'][:160]}' on {share}, against {contrast}.",
-            f"Answers draw this feedback: {d['feedback'][:200]}",
-            f"In {kind} tasks, make sure the final answer addresses: {d['feedback'][:200]}",
+            f"Evaluator {d['evaluator']}: {summary} in {kind} tasks",
+            f"The {d['evaluator']} evaluator scored {share} low ({summary}), against {contrast}.",
+            old,
+            guidance.format(kind=kind),
         )
-    words = " / ".join(f"'{w}'" for w in d["keywords"])
+    if pattern.kind == "malformed_reply":
+        title, old, guidance = _REPLY_FAILURES[d["failure"]]
+        mode = "JSON replies" if d["mode"] == "json" else "native tool calls"
+        return (
+            title.format(kind=kind),
+            f"{old} In {share} ({mode}), against {contrast}.",
+            old,
+            guidance.format(kind=kind),
+        )
+    words = [w for w in d["keywords"] if not leaks(w, found)]
+    quoted = " / ".join(f"'{w}'" for w in words)
     return (
-        f"{kind.capitalize()} tasks mentioning {words}",
-        f"Tasks mentioning {words} fail in {share}, against {contrast}.",
-        f"Treats tasks mentioning {words} like any other.",
-        f"Tasks mentioning {words} often fail: look at the workspace first and check each "
-        "tool result before relying on it.",
+        f"{kind.capitalize()} tasks mentioning {quoted}" if words else f"{kind.capitalize()} tasks of one wording",
+        f"Tasks mentioning {' / '.join(d['keywords'])} fail in {share}, against {contrast}.",
+        "Treats these tasks like any other.",
+        # The condition picks the tasks by their words: the guidance need not repeat them.
+        "Tasks like this one have often failed: look at the workspace first and check each tool result "
+        "before relying on it.",
     )
 
 
-def _written_by_model(pattern: Pattern, fallback: tuple[str, str, str, str]) -> tuple[str, str, str, str]:
-    """Ask the configured LLM for a title and guidance; keep the template on any failure."""
+def _evidence_for_model(pattern: Pattern, found: Secrets) -> dict:
+    """The contrast the model is shown, with what must not reach a proposal generalised away."""
+    shown = {}
+    for key, value in pattern.contrast().items():
+        if key in ("window_days", "since"):
+            continue
+        if isinstance(value, str):
+            value = generalise(value, found)
+        elif isinstance(value, list):
+            value = [redact(v, found) if isinstance(v, str) else v for v in value]
+        shown[key] = value
+    return shown
+
+
+def _written_by_model(pattern: Pattern, fallback: Proposal, found: Secrets) -> Proposal:
+    """Ask the configured LLM for a title and guidance; keep the template on any failure, and
+    when what it wrote quotes the evidence (an expected answer, a number from one, a file name)."""
     if not use_endpoint():
         return fallback
     import openai
@@ -96,8 +244,10 @@ def _written_by_model(pattern: Pattern, fallback: tuple[str, str, str, str]) -> 
     )  # fmt: skip
     prompt = (
         "An LLM agent keeps failing in the same way. Evidence (JSON): "
-        f"{json.dumps(pattern.contrast())}. Write one short, imperative instruction that would "
-        'prevent it, as JSON: {"title": "...", "guidance": "..."}'
+        f"{json.dumps(_evidence_for_model(pattern, found))}. Write one short, imperative instruction that "
+        "would prevent it in every task of this kind. It is shown to the agent in later tasks with other "
+        "answers and other files: never quote an expected answer, a number or a file name. "
+        'As JSON: {"title": "...", "guidance": "..."}'
     )
     try:
         response = client.chat.completions.create(
@@ -109,6 +259,9 @@ def _written_by_model(pattern: Pattern, fallback: tuple[str, str, str, str]) -> 
         title, guidance = str(data["title"]).strip()[:200], str(data["guidance"]).strip()[:2000]
         if not title or not guidance:
             raise ValueError("empty title or guidance")
+        leaked = leaks(title, found) + leaks(guidance, found)
+        if leaked:
+            raise ValueError(f"it quotes the evidence ({len(leaked)} item(s))")
     except Exception as exc:  # any failure of the model: the template is a fine proposal
         logger.warning("the model could not write the guidance, using the template: %s", exc)
         return fallback
@@ -173,7 +326,10 @@ def _merge(pattern: Pattern) -> tuple[bool, Strategy | None]:
 
 
 def _create(pattern: Pattern) -> Strategy | None:
-    title, pattern_text, old, guidance = _written_by_model(pattern, _template(pattern))
+    found = secrets(pattern.evidence)
+    title, pattern_text, old, guidance = _written_by_model(pattern, _template(pattern, found), found)
+    # The templates quote nothing of the evidence but a generalised error; this holds them to it.
+    title, guidance = redact(title, found), redact(guidance, found)
     condition = {"task_kinds": [pattern.task_kind]}
     if pattern.kind == "task_keywords":
         condition["keywords"] = pattern.details["keywords"]
@@ -188,7 +344,8 @@ def _create(pattern: Pattern) -> Strategy | None:
             evidence_summary=pattern.contrast(), trial_fraction=settings.STRATEGY_TRIAL_FRACTION,
         )  # fmt: skip
         version = StrategyVersion.objects.create(
-            strategy=strategy, number=1, pattern=pattern_text, old_behaviour=old, new_guidance=guidance,
+            strategy=strategy, number=1, title=title[:200], pattern=pattern_text, old_behaviour=old,
+            new_guidance=guidance,
             condition=condition, guardrails=guardrails,
             worked_example=worked_example(pattern.task_kind, pattern.details.get("tool", "")),
         )  # fmt: skip

@@ -154,12 +154,15 @@ def strategy_decide(
     raise ValueError(f"Unknown decision {action!r}.")
 
 
-EDITABLE_FIELDS = ("pattern", "old_behaviour", "new_guidance", "condition", "guardrails", "worked_example")
+EDITABLE_FIELDS = (
+    "title", "pattern", "old_behaviour", "new_guidance", "condition", "guardrails", "worked_example",
+)  # fmt: skip
 
 
 def strategy_edit(*, strategy: Strategy, editor: AbstractBaseUser, reason: str = "", **content) -> StrategyVersion:
     """A new version with the changed content; the old versions stay readable. Only a proposal
-    can be edited: changing a strategy on trial would spoil its experiment."""
+    can be edited: changing a strategy on trial would spoil its experiment. The title is the
+    version's, and the strategy's title follows its current version."""
     _require(editor)
     unknown = set(content) - set(EDITABLE_FIELDS)
     if unknown:
@@ -171,6 +174,10 @@ def strategy_edit(*, strategy: Strategy, editor: AbstractBaseUser, reason: str =
         problems += check_guardrails(content["guardrails"])
     if "new_guidance" in content and not str(content["new_guidance"]).strip():
         problems.append("The guidance cannot be empty.")
+    if "title" in content:
+        content["title"] = str(content["title"]).strip()[:200]
+        if not content["title"]:
+            problems.append("The title cannot be empty.")
     if problems:
         raise ValidationError(problems)
     with transaction.atomic():
@@ -179,6 +186,8 @@ def strategy_edit(*, strategy: Strategy, editor: AbstractBaseUser, reason: str =
             raise IllegalTransition("Only a proposed strategy can be edited.")
         current = locked.current_version
         base = {f: getattr(current, f) for f in EDITABLE_FIELDS} if current else {}
+        # A version from before titles were versioned may have none: the strategy's is its title.
+        base["title"] = base.get("title") or locked.title
         version = StrategyVersion.objects.create(
             strategy=locked,
             number=(current.number + 1) if current else 1,
@@ -186,6 +195,7 @@ def strategy_edit(*, strategy: Strategy, editor: AbstractBaseUser, reason: str =
             **{**base, **content},
         )
         locked.current_version = version
-        locked.save(update_fields=["current_version", "updated_at"])
+        locked.title = version.title
+        locked.save(update_fields=["current_version", "title", "updated_at"])
         _log(locked, StrategyEvent.Action.EDIT, editor, reason, locked.status)
     return version

@@ -17,7 +17,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from feedback import locks, queue, selectors
 from feedback.forms import MiningScheduleForm, StrategyDecisionForm, StrategyEditForm
 from feedback.models import Strategy
-from feedback.strategies import schedule, services
+from feedback.strategies import hindsight, schedule, services
 from feedback.strategies.trials import trial_stats
 
 DEMO_REPORT_KEY = "demo-loop:last-report"
@@ -46,12 +46,16 @@ def strategy_list(request: HttpRequest) -> HttpResponse:
 
 def _detail_context(strategy: Strategy, *, edit_form: StrategyEditForm | None) -> dict:
     """What the review page shows; ``edit_form`` is None where the strategy cannot be edited."""
+    evidence = hindsight.evidence_hindsight(
+        strategy, list(strategy.evidence.select_related("task__workspace").order_by("-pk")[:50])
+    )
     return {
         "strategy": strategy,
         "version": strategy.current_version,
         "versions": strategy.versions.select_related("author").order_by("-number"),
         "events": strategy.events.select_related("actor").order_by("-created_at", "-id"),
-        "evidence": strategy.evidence.select_related("task").order_by("-pk")[:50],
+        "evidence": evidence,
+        "hindsight": hindsight.tally(evidence),
         "diff": selectors.strategy_prompt_diff(strategy),
         "trial": trial_stats(strategy) if strategy.trial_started_at else None,
         "decision_form": StrategyDecisionForm(initial={"trial_fraction": strategy.trial_fraction}),
@@ -66,6 +70,7 @@ def strategy_detail(request: HttpRequest, strategy_id: int) -> HttpResponse:
     edit_form = None
     if version is not None and strategy.status == Strategy.Status.PROPOSED:
         initial = {f: getattr(version, f) for f in services.EDITABLE_FIELDS}
+        initial["title"] = version.title or strategy.title
         initial |= {
             f: json.dumps(getattr(version, f), indent=2, ensure_ascii=False) for f in ("condition", "guardrails")
         }

@@ -1,0 +1,85 @@
+"""The run-wide guardrails for small models: fewer tools (tool_subset) and a tool-mode switch (tool_mode)."""
+
+from pathlib import Path
+
+import pytest
+
+from feedback.agent.guardrails import Guardrails, check_guardrails
+from feedback.agent.tools import BUILTIN_TOOLS
+
+WORKSPACE = Path("/nonexistent")
+
+
+def offered(*rules: dict) -> list[str]:
+    return sorted(Guardrails(list(rules), WORKSPACE).tools(BUILTIN_TOOLS))
+
+
+def test_a_tool_subset_offers_only_its_tools_and_the_plan():
+    assert offered({"type": "tool_subset", "tools": ["calculator", "read_text_file"]}) == [
+        "calculator", "read_text_file", "update_plan",
+    ]  # fmt: skip
+
+
+def test_two_subsets_offer_the_tools_in_both():
+    assert offered(
+        {"type": "tool_subset", "tools": ["calculator", "read_text_file"]},
+        {"type": "tool_subset", "tools": ["read_text_file", "list_directory"]},
+    ) == ["read_text_file", "update_plan"]
+
+
+def test_a_subset_of_unknown_tools_takes_nothing_away():
+    assert offered({"type": "tool_subset", "tools": ["gone_tool"]}) == sorted(BUILTIN_TOOLS)
+
+
+def test_a_disabled_tool_stays_disabled_inside_a_subset():
+    assert offered(
+        {"type": "tool_subset", "tools": ["calculator", "read_text_file"]},
+        {"type": "tool_disabled", "tool": "calculator"},
+    ) == ["read_text_file", "update_plan"]
+
+
+def test_a_tool_outside_the_subset_is_not_refused_by_check_but_not_offered():
+    # The engine offers the smaller registry; a call to a tool outside it is the invoker's
+    # "Unknown tool", exactly as for any tool not offered.
+    guardrails = Guardrails([{"type": "tool_subset", "tools": ["calculator"]}], WORKSPACE)
+    assert "http_get" not in guardrails.tools(BUILTIN_TOOLS)
+    assert guardrails.check("calculator", '{"expression": "1+1"}', set()).refusal == ""
+
+
+@pytest.mark.parametrize(
+    ("modes", "configured", "used"),
+    [
+        ([], "auto", "auto"),
+        ([], "json", "json"),
+        (["json"], "auto", "json"),
+        (["json"], "native", "json"),
+        (["json", "json"], "native", "json"),
+        # Native calls, with the JSON fallback unless native alone was configured.
+        (["native"], "auto", "auto"),
+        (["native"], "json", "auto"),
+        (["native"], "native", "native"),
+        # Two strategies that disagree: neither switches the mode.
+        (["json", "native"], "auto", "auto"),
+        (["json", "native"], "json", "json"),
+    ],
+)
+def test_the_tool_mode_a_run_uses(modes, configured, used):
+    rules = [{"type": "tool_mode", "mode": m} for m in modes] + [{"type": "tool_disabled", "tool": "http_get"}]
+    assert Guardrails(rules, WORKSPACE).tool_mode(configured) == used
+
+
+def test_the_run_wide_guardrails_are_checked():
+    fine = [{"type": "tool_subset", "tools": ["calculator"]}, {"type": "tool_mode", "mode": "json"}]
+    assert check_guardrails(fine) == []
+    problems = check_guardrails([
+        {"type": "tool_subset", "tools": []},
+        {"type": "tool_subset", "tools": "calculator"},
+        {"type": "tool_mode", "mode": "xml"},
+        {"type": "tool_disabled"},
+    ])  # fmt: skip
+    assert problems == [
+        "Guardrail 1: a tool subset needs 'tools' (a non-empty list of tool names).",
+        "Guardrail 2: a tool subset needs 'tools' (a non-empty list of tool names).",
+        "Guardrail 3: a tool mode needs 'mode': json or native.",
+        "Guardrail 4: name the tool it applies to.",
+    ]
