@@ -48,6 +48,8 @@ def test_tool_calls_through_the_real_sdk(endpoint):
     assert first["messages"][0]["role"] == "system" and first["messages"][1]["content"] == "What is 2 + 2?"
     tool_reply = endpoint.requests[1]["messages"][-1]
     assert tool_reply["role"] == "tool" and '"value": 4' in tool_reply["content"]
+    # Content is always a string: llama-cpp-python's server refuses an assistant message's null.
+    assert all(isinstance(m["content"], str) for m in endpoint.requests[1]["messages"])
 
 
 def test_parallel_tool_calls_run_concurrently(endpoint, settings):
@@ -243,3 +245,28 @@ def test_an_active_tool_mode_guardrail_asks_its_runs_for_json_replies(endpoint):
     assert "tools" not in first and "Reply with ONE JSON object" in first["messages"][0]["content"]
     other = run_task(text="Say hello", kind=Task.Kind.GENERAL)  # out of the strategy's scope: native tools
     assert other.final_output == "Hello" and endpoint.requests[1]["tools"]
+
+
+def test_a_tool_named_but_not_called_is_asked_for_outright(endpoint):
+    # What llama-cpp-python's chatml-function-calling answers when the model picks a tool whose
+    # name runs into the colon: the choice as text, no call.
+    endpoint.script = [
+        completion("functions.calculator:", usage=(40, 3)),
+        completion(tool_calls=[call("calculator", {"expression": "2 + 2"})], usage=(41, 9)),
+        completion("2 + 2 = 4"),
+    ]
+    run = run_task()
+    assert run.final_output == "2 + 2 = 4"
+    step = run.steps.get(kind=Step.Kind.TOOL_CALL)
+    assert step.tool_name == "calculator" and step.result["value"] == 4
+    assert endpoint.requests[1]["tool_choice"] == {"type": "function", "function": {"name": "calculator"}}
+    assert run.steps.order_by("index").first().tokens_in == 81  # both requests' tokens
+
+
+def test_a_reply_naming_a_tool_not_offered_is_malformed_not_an_answer(endpoint):
+    endpoint.script = [completion("functions.rm_rf:"), completion("4")]
+    run = run_task()
+    assert [r.get("tool_choice") for r in endpoint.requests] == ["auto", "auto"]  # not asked for outright
+    error_step = run.steps.get(kind=Step.Kind.MODEL_ERROR)
+    assert error_step.error_class == "MalformedReply" and "not offered" in error_step.error
+    assert run.final_output == "4"

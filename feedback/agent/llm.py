@@ -209,8 +209,29 @@ class OpenAIChatModel:
         # tool_choice said outright: llama-cpp-python's function-calling chat format renders no
         # tools at all without it, so the model never learns it has any.
         response = self._create(messages=messages, tools=tools or omit, tool_choice="auto" if tools else omit)
+        reply = self._native_reply(response)
+        chosen = _chosen_tool(reply, tools)
+        if chosen is None:
+            return LLMReply(
+                content=reply.content, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
+                malformed="Your reply named a tool that is not offered instead of calling a tool or answering.",
+            )  # fmt: skip
+        if chosen:
+            # The server let the model choose a tool but gave back only its name as text
+            # ("functions.analyze_text:": llama-cpp-python's chatml-function-calling misses its
+            # stop when the name and the colon make one token). The model's choice stands: ask
+            # for that tool's call outright, which the server then writes by the tool's schema.
+            forced = {"type": "function", "function": {"name": chosen}}
+            second = self._native_reply(self._create(messages=messages, tools=tools, tool_choice=forced))
+            reply = LLMReply(
+                content=second.content, tool_calls=second.tool_calls, malformed=second.malformed,
+                tokens_in=reply.tokens_in + second.tokens_in, tokens_out=reply.tokens_out + second.tokens_out,
+            )  # fmt: skip
+        return reply
+
+    def _native_reply(self, response: Any) -> LLMReply:
         if not response.choices:
-            return LLMReply()
+            return LLMReply(**_usage(response))
         choice = response.choices[0]
         message = choice.message
         calls = [
@@ -239,6 +260,18 @@ class OpenAIChatModel:
             return ""
         limit = f" of {self.max_tokens} tokens" if self.max_tokens else ""
         return f"Your reply was cut off at the length limit{limit}: reply more briefly."
+
+
+_NAMED_ONLY = re.compile(r"\s*functions\.([\w.-]+?):?\s*")
+
+
+def _chosen_tool(reply: LLMReply, tools: list[dict[str, Any]]) -> str | None:
+    """The tool a reply names without calling it (its whole text "functions.<tool>:"): "" when
+    it names none, None when the one it names is not offered."""
+    named = None if reply.tool_calls or not tools else _NAMED_ONLY.fullmatch(reply.content)
+    if named is None:
+        return ""
+    return named.group(1) if named.group(1) in {t["function"]["name"] for t in tools} else None
 
 
 def _usage(response: Any) -> dict[str, int]:
