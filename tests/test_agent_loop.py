@@ -372,6 +372,19 @@ def test_a_sub_agent_runs_as_a_nested_child(demo_workspace):
     assert run.status == Run.Status.SUCCEEDED
 
 
+def test_a_run_that_may_not_delegate_is_not_offered_delegate(demo_workspace, settings):
+    settings.SUBAGENT_MAX_DEPTH = 1
+    parent = run_loop(make_run(text="Ask a helper for 6 * 7", workspace=demo_workspace),
+                      ScriptedModel([LLMReply(tool_calls=[call("delegate", task="What is 6 * 7?", kind="arithmetic")]),
+                                     LLMReply(content="42.")]))  # fmt: skip
+    assert "delegate" in parent.tools_offered
+    child = parent.children.get()
+    assert "delegate" not in child.tools_offered and "calculator" in child.tools_offered  # at the depth limit
+    settings.SUBAGENT_MAX_DEPTH = 0  # sub-agents off
+    alone = run_loop(make_run(text="What is 2 + 2?"), ScriptedModel([LLMReply(content="4")]))
+    assert "delegate" not in alone.tools_offered and "update_plan" in alone.tools_offered
+
+
 def test_tool_retrieval_offers_the_relevant_tools(db, settings):
     settings.TOOL_RETRIEVAL_THRESHOLD = 3
     settings.TOOL_RETRIEVAL_LIMIT = 2

@@ -97,7 +97,12 @@ class AgentLoop:
         injection = strategy_injection.select(self.run)
         strategy_injection.record(self.run, injection)
         self._use_guardrails(injection.guardrails)
-        self.tools, method = select_tools(self.run.task.text, self.guardrails.tools(self.all_tools))
+        offerable = self.guardrails.tools(self.all_tools)
+        if self._depth() >= settings.SUBAGENT_MAX_DEPTH:
+            # A delegation would only be refused: not offered, so a model never spends a turn on
+            # it (SUBAGENT_MAX_DEPTH=0 turns sub-agents off; a small model delegated everything).
+            offerable = {name: tool for name, tool in offerable.items() if name != "delegate"}
+        self.tools, method = select_tools(self.run.task.text, offerable)
         self.record.update_run(
             system_prompt=build_system_prompt(injection.guidance, injection.examples),
             llm_backend=self.model.backend,
@@ -273,11 +278,15 @@ class AgentLoop:
             retrying(lambda: Run.objects.filter(pk=child.pk).update(parent_step=step), what="linking a sub-agent run")
         return step
 
-    def _delegate(self, call: ToolCall, outcome: Outcome) -> tuple[Run | None, Outcome]:
+    def _depth(self) -> int:
+        """How many runs this one is nested in (0 for a run a person started)."""
         depth, ancestor = 0, self.run
         while ancestor.parent_id is not None:
             depth, ancestor = depth + 1, ancestor.parent
-        if depth >= settings.SUBAGENT_MAX_DEPTH:
+        return depth
+
+    def _delegate(self, call: ToolCall, outcome: Outcome) -> tuple[Run | None, Outcome]:
+        if self._depth() >= settings.SUBAGENT_MAX_DEPTH:
             outcome.ok, outcome.result = False, None
             outcome.error = f"Sub-agents may not delegate further (depth limit {settings.SUBAGENT_MAX_DEPTH})."
             outcome.error_class = "ToolError"
