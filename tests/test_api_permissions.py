@@ -52,7 +52,8 @@ TABLE = [
     ("GET", "/strategies", None, [401, 401, 401, 401, 403, 403, 200, 200, 200],
      lambda body, w: [row["id"] for row in body["data"]] == [w["strategy"].pk]),
     ("GET", "/strategies/{strategy}", None, [401, 401, 401, 401, 403, 403, 200, 200, 200],
-     lambda body, w: body["id"] == w["strategy"].pk and body["versions"][0]["new_guidance"] == "Use exact paths."),
+     lambda body, w: body["id"] == w["strategy"].pk and body["versions"][0]["new_guidance"] == "Use exact paths."
+     and body["versions"][0]["title"] == "Resolve paths"),
     ("POST", "/strategies/{strategy}/decisions", {"action": "approve", "reason": "worth a trial"},
      [401, 401, 401, 401, 403, 403, 403, 200, 403],
      lambda body, w: body["status"] == "trial" and body["events"][0]["reason"] == "worth a trial"),

@@ -254,6 +254,7 @@ class StrategyListOut(Schema):
 
 class VersionOut(Schema):
     number: int
+    title: str
     pattern: str
     old_behaviour: str
     new_guidance: str
