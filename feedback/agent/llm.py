@@ -217,10 +217,10 @@ class OpenAIChatModel:
                 malformed="Your reply named a tool that is not offered instead of calling a tool or answering.",
             )  # fmt: skip
         if chosen:
-            # The server let the model choose a tool but gave back only its name as text
-            # ("functions.analyze_text:": llama-cpp-python's chatml-function-calling misses its
-            # stop when the name and the colon make one token). The model's choice stands: ask
-            # for that tool's call outright, which the server then writes by the tool's schema.
+            # The server gave back a tool's name as text ("functions.analyze_text:"): once the
+            # model chooses to write a message, llama-cpp-python's chatml-function-calling lets it
+            # write only a tool's name or nothing. The model's choice stands: ask for that tool's
+            # call outright, which the server then writes by the tool's schema.
             forced = {"type": "function", "function": {"name": chosen}}
             second = self._native_reply(self._create(messages=messages, tools=tools, tool_choice=forced))
             reply = LLMReply(
