@@ -45,6 +45,15 @@ def _isolated_folders(settings, tmp_path):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture
+def mining_thresholds(settings):
+    """The mining thresholds the strategy tests' histories are built around."""
+    settings.STRATEGY_MIN_SUPPORT = 5
+    settings.STRATEGY_MIN_LIFT = 0.3
+    settings.STRATEGY_LOW_SCORE = 0.5
+    settings.STRATEGY_GOOD_SCORE = 0.8
+
+
 def make_user(username: str, *groups: str, **extra):
     roles.ensure_groups()
     user = get_user_model().objects.create_user(username=username, password="pw-" + username, **extra)

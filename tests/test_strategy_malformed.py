@@ -18,18 +18,10 @@ from feedback.models import Run, Step, Strategy, Task
 from feedback.strategies.mining import _reply_steps, mine, reply_failure
 from feedback.strategies.proposals import mine_and_propose
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mining_thresholds")]
 
 TOOLS = ["analyze_text", "calculator", "http_get", "list_directory", "read_text_file", "update_plan"]
 NOT_JSON = "Your reply was not valid JSON (Expecting value)."
-
-
-@pytest.fixture(autouse=True)
-def _thresholds(settings):
-    settings.STRATEGY_MIN_SUPPORT = 5
-    settings.STRATEGY_MIN_LIFT = 0.3
-    settings.STRATEGY_LOW_SCORE = 0.5
-    settings.STRATEGY_GOOD_SCORE = 0.8
 
 
 def add_run(*, kind="arithmetic", good, steps=(), model="small-model", days_ago=0, status=None):

@@ -7,15 +7,7 @@ from feedback.strategies.proposals import mine_and_propose
 
 from .strategy_history import add_run, noise_history, planted_history
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _thresholds(settings):
-    settings.STRATEGY_MIN_SUPPORT = 5
-    settings.STRATEGY_MIN_LIFT = 0.3
-    settings.STRATEGY_LOW_SCORE = 0.5
-    settings.STRATEGY_GOOD_SCORE = 0.8
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mining_thresholds")]
 
 
 @pytest.mark.postgresql

@@ -12,18 +12,10 @@ import pytest
 from feedback.models import Evaluation, Run, Step, Strategy, Task
 from feedback.strategies.proposals import mine_and_propose
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mining_thresholds")]
 
 EXPECTED = {"file_analysis": r"/\b80 words/", "arithmetic": "49"}
 FILES = ("quarterly-report.txt", "docs/release-notes.md")
-
-
-@pytest.fixture(autouse=True)
-def _thresholds(settings):
-    settings.STRATEGY_MIN_SUPPORT = 5
-    settings.STRATEGY_MIN_LIFT = 0.3
-    settings.STRATEGY_LOW_SCORE = 0.5
-    settings.STRATEGY_GOOD_SCORE = 0.8
 
 
 def _run(*, kind, text, expected="", good, steps=(), feedback=()):

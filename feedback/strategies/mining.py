@@ -183,6 +183,15 @@ def _evidence(since: datetime, step_filter: Q) -> list[int]:
     )
 
 
+def _failing_steps_contrast() -> dict:
+    """Per group of steps: the failing and the succeeding runs that have one, and an example error."""
+    return {
+        "failing": Count("run", distinct=True, filter=_failing("run__")),
+        "succeeding": Count("run", distinct=True, filter=_succeeding("run__")),
+        "example": Min("error"),
+    }
+
+
 def _error_signatures(since, totals) -> list[Pattern]:
     rows = (
         _window_steps(since)
@@ -191,11 +200,7 @@ def _error_signatures(since, totals) -> list[Pattern]:
         # Calls the model wrote wrong (unknown tool, unusable arguments) are malformed replies.
         .exclude(error_class=INVALID_CALL)
         .values("error_signature", "tool_name", "error_class", "run__task_kind")
-        .annotate(
-            failing=Count("run", distinct=True, filter=_failing("run__")),
-            succeeding=Count("run", distinct=True, filter=_succeeding("run__")),
-            example=Min("error"),
-        )
+        .annotate(**_failing_steps_contrast())
         .filter(failing__gte=settings.STRATEGY_MIN_SUPPORT)
     )
     patterns = []
@@ -279,11 +284,7 @@ def _malformed_replies(since, totals) -> list[Pattern]:
     rows = (
         _reply_steps(since)
         .values("failure", "mode", "run__task_kind")
-        .annotate(
-            failing=Count("run", distinct=True, filter=_failing("run__")),
-            succeeding=Count("run", distinct=True, filter=_succeeding("run__")),
-            example=Min("error"),
-        )
+        .annotate(**_failing_steps_contrast())
         .filter(failing__gte=settings.STRATEGY_MIN_SUPPORT)
     )
     patterns = []
