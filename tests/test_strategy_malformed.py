@@ -15,8 +15,9 @@ from feedback.agent.invoker import invoke
 from feedback.agent.llm import parse_json_reply
 from feedback.agent.tools import ToolContext, enabled_tools
 from feedback.models import Run, Step, Strategy, Task
-from feedback.strategies.mining import _reply_steps, mine, reply_failure
+from feedback.strategies.mining import mine
 from feedback.strategies.proposals import mine_and_propose
+from feedback.strategies.replies import _reply_steps, reply_failure
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mining_thresholds")]
 

@@ -31,7 +31,7 @@ from feedback.agent.guardrails import Guardrails
 from feedback.models import Evaluation, Run, Step, Strategy
 
 from .conditions import matches
-from .mining import reply_failure
+from .replies import reply_failure
 
 
 @dataclass
@@ -48,7 +48,7 @@ def _workspace(run: Run) -> Path:
 
 
 def _run_mode(steps: list[Step]) -> str:
-    """How the run's model was asked, as far as its steps show (see mining.REPLY_MODE)."""
+    """How the run's model was asked, as far as its steps show (see replies.REPLY_MODE)."""
     for step in steps:
         if step.error_class == "MalformedReply" or step.tool_call_id.startswith("json-"):
             return "json"

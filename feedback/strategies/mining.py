@@ -13,112 +13,51 @@ steps and evaluations included, is bounded by the window's runs, found by their 
 
 Five kinds of pattern, each counted in the database over the window (never by loading runs):
 - an error signature (tool + error class + normalised message) recurring in failing runs;
-- a malformed or empty model reply (the main way small models fail): a reply that was not valid
-  JSON or had unusable tool_calls (JSON mode), an empty reply, a call to an unknown tool, or
-  arguments that are not a JSON object or break the tool's parameters, by failure and reply mode;
+- a malformed or empty model reply (the main way small models fail; replies.py): a reply that
+  was not valid JSON or had unusable tool_calls (JSON mode), an empty reply, a call to an unknown
+  tool, or arguments that are not a JSON object or break the tool's parameters, by failure and
+  reply mode;
 - a tool-call sequence (a bigram of consecutive calls) present in failures, absent in successes;
 - a task kind + keyword of the task text over-represented among failures;
 - an evaluator's feedback recurring on low scores.
 
 A pattern is kept when at least STRATEGY_MIN_SUPPORT failing runs show it and its share among
 failing runs exceeds its share among succeeding runs by STRATEGY_MIN_LIFT: the contrast with
-successes keeps out what every run does.
+successes keeps out what every run does. Pattern and that contrast, shared with replies.py, are
+in patterns.py.
 """
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import BooleanField, Case, CharField, Count, ExpressionWrapper, Min, Q, QuerySet, Value, When
+from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 from django.db.models.functions import Substr
 from django.utils import timezone
 
 from feedback.models import Evaluation, Run, Step
 
-EVIDENCE_LIMIT = 200
-# "All history" as a lower bound the SQL can compare with: before any run.
-BEGINNING = datetime(1, 1, 1, tzinfo=UTC)
+from .patterns import (
+    BEGINNING,
+    EVIDENCE_LIMIT,
+    Pattern,
+    _failing,
+    _failing_steps_contrast,
+    _keep,
+    _pattern,
+    _succeeding,
+    _window_evaluations,
+    _window_runs,
+    _window_steps,
+)
+from .replies import INVALID_CALL, malformed_replies
+
 _STOPWORDS = frozenset(
     "the and for with what are this that from into each its their them they then than have has was were "
     "will your you all any can how who why please file files task".split()
 )
-
-
-@dataclass
-class Pattern:
-    kind: str  # a Strategy.PatternKind value
-    key: str  # identity: the same pattern mined again merges into the same strategy
-    task_kind: str
-    failing_with: int
-    failing_total: int
-    succeeding_with: int
-    succeeding_total: int
-    details: dict = field(default_factory=dict)
-    evidence: list[int] = field(default_factory=list)
-    # The window it was mined over: the last ``window_days`` days (None: all history) from
-    # ``since`` (None: the beginning).
-    window_days: int | None = None
-    since: datetime | None = None
-
-    @property
-    def lift(self) -> float:
-        return self.failing_with / max(1, self.failing_total) - self.succeeding_with / max(1, self.succeeding_total)
-
-    @property
-    def confidence(self) -> float:
-        """How often a run showing the pattern was a failing one."""
-        return self.failing_with / max(1, self.failing_with + self.succeeding_with)
-
-    def contrast(self) -> dict:
-        return {
-            "failing_with": self.failing_with,
-            "failing_total": self.failing_total,
-            "succeeding_with": self.succeeding_with,
-            "succeeding_total": self.succeeding_total,
-            "lift": round(self.lift, 3),
-            "confidence": round(self.confidence, 3),
-            "window_days": self.window_days,
-            "since": self.since.isoformat() if self.since else None,
-            **self.details,
-        }
-
-    def window_text(self) -> str:
-        """The window in words, for the audit log."""
-        if self.window_days is None:
-            return "over all history"
-        return f"over the last {self.window_days} day(s), since {self.since:%Y-%m-%d %H:%M} UTC"
-
-
-def _pattern(
-    kind: str, key: str, task_kind: str, failing: int, succeeding: int, totals: dict, details: dict
-) -> Pattern:
-    failing_total, succeeding_total = totals.get(task_kind, (0, 0))
-    return Pattern(kind, key, task_kind, failing, failing_total, succeeding, succeeding_total, details)
-
-
-def _failing(prefix: str = "") -> Q:
-    return (
-        Q(**{f"{prefix}outcome": Run.Outcome.NOT_ACCOMPLISHED})
-        | Q(**{f"{prefix}status": Run.Status.FAILED})
-        | Q(**{f"{prefix}score__lt": settings.STRATEGY_LOW_SCORE})
-    )
-
-
-def _succeeding(prefix: str = "") -> Q:
-    return Q(
-        **{
-            f"{prefix}status": Run.Status.SUCCEEDED,
-            f"{prefix}outcome": Run.Outcome.ACCOMPLISHED,
-            f"{prefix}score__gte": settings.STRATEGY_GOOD_SCORE,
-        }
-    )
-
-
-def _keep(pattern: Pattern) -> bool:
-    return pattern.failing_with >= settings.STRATEGY_MIN_SUPPORT and pattern.lift >= settings.STRATEGY_MIN_LIFT
 
 
 def mine(*, window_days: int | None) -> list[Pattern]:
@@ -138,7 +77,7 @@ def mine(*, window_days: int | None) -> list[Pattern]:
     }
     patterns = (
         _error_signatures(since, totals)
-        + _malformed_replies(since, totals)
+        + malformed_replies(since, totals)
         + _sequences(since, totals)
         + _feedback(since, totals)
     )
@@ -150,28 +89,6 @@ def mine(*, window_days: int | None) -> list[Pattern]:
     return sorted(patterns, key=lambda p: (-p.failing_with, p.key))
 
 
-def _window_runs(since: datetime) -> QuerySet[Run]:
-    return Run.objects.all() if since == BEGINNING else Run.objects.filter(created_at__gte=since)
-
-
-# Rows of a run's steps or evaluations are bounded by the window twice: by a semi-join on the
-# run ids the window's creation times select (an index range scan of run_recent), which lets
-# PostgreSQL read those runs' rows by their run index (nested loops), and by the joined run's own
-# created_at, so that join reads the window's runs by the index too. Bounded by the join alone,
-# PostgreSQL read every error step of the history through the partial error-signature index and
-# dropped the old ones after (1.4 s instead of 0.1 s for 30 days of a 200,000-run history).
-def _window_steps(since: datetime) -> QuerySet[Step]:
-    if since == BEGINNING:
-        return Step.objects.all()
-    return Step.objects.filter(run_id__in=_window_runs(since).values("id"), run__created_at__gte=since)
-
-
-def _window_evaluations(since: datetime) -> QuerySet[Evaluation]:
-    if since == BEGINNING:
-        return Evaluation.objects.all()
-    return Evaluation.objects.filter(run_id__in=_window_runs(since).values("id"), run__created_at__gte=since)
-
-
 def _evidence(since: datetime, step_filter: Q) -> list[int]:
     return list(
         _window_steps(since)
@@ -181,15 +98,6 @@ def _evidence(since: datetime, step_filter: Q) -> list[int]:
         .distinct()
         .order_by("run_id")[:EVIDENCE_LIMIT]
     )
-
-
-def _failing_steps_contrast() -> dict:
-    """Per group of steps: the failing and the succeeding runs that have one, and an example error."""
-    return {
-        "failing": Count("run", distinct=True, filter=_failing("run__")),
-        "succeeding": Count("run", distinct=True, filter=_succeeding("run__")),
-        "example": Min("error"),
-    }
 
 
 def _error_signatures(since, totals) -> list[Pattern]:
@@ -219,128 +127,6 @@ def _error_signatures(since, totals) -> list[Pattern]:
             pattern.evidence = _evidence(since, Q(run__task_kind=kind, error_signature=row["error_signature"]))
             patterns.append(pattern)
     return patterns
-
-
-# --- malformed and empty model replies -----------------------------------------------------
-# How the agent records them (feedback/agent/loop.py and invoker.py): a reply the loop could not
-# use is a model_error step, "MalformedReply" (JSON mode: parse_json_reply's message says what was
-# wrong) or "EmptyReply"; a tool call the model wrote wrong is a failed tool_call step,
-# "InvalidToolCall" (an unknown tool, or arguments that are not a JSON object or break the
-# tool's JSON Schema). "LLMError" (the endpoint could not be reached) is not the model's reply.
-MALFORMED, EMPTY, INVALID_CALL = "MalformedReply", "EmptyReply", "InvalidToolCall"
-
-# The failure, from the recorded message (the messages are the runtime's own, in English).
-REPLY_FAILURE = Case(
-    When(error_class=EMPTY, then=Value("empty_reply")),
-    When(error_class=MALFORMED, error__startswith="Your reply", then=Value("invalid_json")),
-    When(error_class=MALFORMED, then=Value("bad_tool_calls")),
-    When(error_class=INVALID_CALL, error__startswith="Unknown tool", then=Value("unknown_tool")),
-    When(error_class=INVALID_CALL, error__startswith="The arguments", then=Value("malformed_arguments")),
-    When(error_class=INVALID_CALL, error__startswith="Invalid arguments for", then=Value("invalid_arguments")),
-    # Anything else ("the parameters' schema cannot be used", an MCP server's) is not the model's.
-    default=Value(""),
-    output_field=CharField(),
-)
-# The reply mode, as far as the step shows it: a MalformedReply only exists in JSON mode, and
-# JSON mode names its calls "json-<turn>-<i>" (llm.parse_json_reply). An empty text in JSON mode
-# is invalid JSON, so an EmptyReply is native (or, rarely, a JSON reply with an empty answer).
-REPLY_MODE = Case(
-    When(error_class=MALFORMED, then=Value("json")),
-    When(tool_call_id__startswith="json-", then=Value("json")),
-    default=Value("native"),
-    output_field=CharField(),
-)
-
-
-def reply_failure(*, error_class: str, error: str, tool_call_id: str = "") -> tuple[str, str] | None:
-    """(failure, mode) of one step, as REPLY_FAILURE and REPLY_MODE say in SQL; None when the
-    step is not a malformed or empty reply. For the review page, which reads a few steps."""
-    if error_class == EMPTY:
-        failure = "empty_reply"
-    elif error_class == MALFORMED:
-        failure = "invalid_json" if error.startswith("Your reply") else "bad_tool_calls"
-    elif error_class == INVALID_CALL and error.startswith("Unknown tool"):
-        failure = "unknown_tool"
-    elif error_class == INVALID_CALL and error.startswith("The arguments"):
-        failure = "malformed_arguments"
-    elif error_class == INVALID_CALL and error.startswith("Invalid arguments for"):
-        failure = "invalid_arguments"
-    else:
-        return None
-    mode = "json" if error_class == MALFORMED or tool_call_id.startswith("json-") else "native"
-    return failure, mode
-
-
-def _reply_steps(since: datetime) -> QuerySet[Step]:
-    return (
-        _window_steps(since)
-        .filter(kind__in=[Step.Kind.MODEL_ERROR, Step.Kind.TOOL_CALL], error_class__in=[MALFORMED, EMPTY, INVALID_CALL])
-        .annotate(failure=REPLY_FAILURE, mode=REPLY_MODE)
-        .exclude(failure="")
-    )
-
-
-def _malformed_replies(since, totals) -> list[Pattern]:
-    rows = (
-        _reply_steps(since)
-        .values("failure", "mode", "run__task_kind")
-        .annotate(**_failing_steps_contrast())
-        .filter(failing__gte=settings.STRATEGY_MIN_SUPPORT)
-    )
-    patterns = []
-    for row in rows:
-        kind, failure, mode = row["run__task_kind"], row["failure"], row["mode"]
-        pattern = _pattern(
-            "malformed_reply",
-            f"malformed_reply:{kind}:{failure}:{mode}",
-            kind,
-            row["failing"],
-            row["succeeding"],
-            totals,
-            {"failure": failure, "mode": mode, "example_error": row["example"]},
-        )
-        if not _keep(pattern):
-            continue
-        pattern.evidence = list(
-            _reply_steps(since)
-            .filter(run__task_kind=kind, failure=failure, mode=mode)
-            .filter(_failing("run__"))
-            .values_list("run_id", flat=True)
-            .distinct()
-            .order_by("run_id")[:EVIDENCE_LIMIT]
-        )
-        pattern.details.update(_remedy_facts(since, kind, pattern.evidence))
-        patterns.append(pattern)
-    return patterns
-
-
-def _remedy_facts(since: datetime, kind: str, evidence: list[int]) -> dict:
-    """What the remedies need to know, from the window: the tools the succeeding runs of the kind
-    used (a smaller offer), the tools the evidence runs were offered, and whether native tool
-    calls worked with the evidence runs' models (a switch to native mode is safe only then)."""
-    used = sorted(
-        set(
-            _window_steps(since)
-            .filter(run__task_kind=kind, kind=Step.Kind.TOOL_CALL, success=True)
-            .filter(_succeeding("run__"))
-            .values_list("tool_name", flat=True)
-            .distinct()[:50]
-        )
-    )
-    offered: set[str] = set()
-    models: set[str] = set()
-    for tools, model in Run.objects.filter(pk__in=evidence).values_list("tools_offered", "model_name"):
-        offered |= {t for t in tools or [] if isinstance(t, str)}
-        models.add(model)
-    native = (
-        _window_steps(since)
-        .filter(kind=Step.Kind.TOOL_CALL, run__model_name__in=models - {""}, run__llm_backend="openai")
-        .exclude(error_class=INVALID_CALL)
-        .exclude(tool_call_id__startswith="json-")
-        .exclude(tool_call_id="")
-        .exists()
-    )
-    return {"tools_used_by_successes": used, "tools_offered": sorted(offered), "native_tool_calls_work": native}
 
 
 # What _failing() and _succeeding() say, for the raw SQL below (r is the run).

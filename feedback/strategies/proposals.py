@@ -25,7 +25,8 @@ from feedback.models import Run, Step, Strategy, StrategyEvent, StrategyVersion
 
 from .conditions import check_condition
 from .generalise import Secrets, generalise, leaks, redact, secrets
-from .mining import Pattern, mine
+from .mining import mine
+from .patterns import Pattern
 from .services import strategy_approve
 
 logger = logging.getLogger(__name__)

@@ -1,0 +1,124 @@
+"""What every pattern kind of the mining job shares: a pattern and the contrast it rests on, its
+failing runs against its succeeding runs (mining.py says which runs are which), counted over the
+window's runs, steps and evaluations.
+
+Its own module so that mining.py and replies.py (one pattern kind, called by mine()) both import
+it without importing each other.
+"""
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.db.models import Count, Min, Q, QuerySet
+
+from feedback.models import Evaluation, Run, Step
+
+EVIDENCE_LIMIT = 200
+# "All history" as a lower bound the SQL can compare with: before any run.
+BEGINNING = datetime(1, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class Pattern:
+    kind: str  # a Strategy.PatternKind value
+    key: str  # identity: the same pattern mined again merges into the same strategy
+    task_kind: str
+    failing_with: int
+    failing_total: int
+    succeeding_with: int
+    succeeding_total: int
+    details: dict = field(default_factory=dict)
+    evidence: list[int] = field(default_factory=list)
+    # The window it was mined over: the last ``window_days`` days (None: all history) from
+    # ``since`` (None: the beginning).
+    window_days: int | None = None
+    since: datetime | None = None
+
+    @property
+    def lift(self) -> float:
+        return self.failing_with / max(1, self.failing_total) - self.succeeding_with / max(1, self.succeeding_total)
+
+    @property
+    def confidence(self) -> float:
+        """How often a run showing the pattern was a failing one."""
+        return self.failing_with / max(1, self.failing_with + self.succeeding_with)
+
+    def contrast(self) -> dict:
+        return {
+            "failing_with": self.failing_with,
+            "failing_total": self.failing_total,
+            "succeeding_with": self.succeeding_with,
+            "succeeding_total": self.succeeding_total,
+            "lift": round(self.lift, 3),
+            "confidence": round(self.confidence, 3),
+            "window_days": self.window_days,
+            "since": self.since.isoformat() if self.since else None,
+            **self.details,
+        }
+
+    def window_text(self) -> str:
+        """The window in words, for the audit log."""
+        if self.window_days is None:
+            return "over all history"
+        return f"over the last {self.window_days} day(s), since {self.since:%Y-%m-%d %H:%M} UTC"
+
+
+def _pattern(
+    kind: str, key: str, task_kind: str, failing: int, succeeding: int, totals: dict, details: dict
+) -> Pattern:
+    failing_total, succeeding_total = totals.get(task_kind, (0, 0))
+    return Pattern(kind, key, task_kind, failing, failing_total, succeeding, succeeding_total, details)
+
+
+def _failing(prefix: str = "") -> Q:
+    return (
+        Q(**{f"{prefix}outcome": Run.Outcome.NOT_ACCOMPLISHED})
+        | Q(**{f"{prefix}status": Run.Status.FAILED})
+        | Q(**{f"{prefix}score__lt": settings.STRATEGY_LOW_SCORE})
+    )
+
+
+def _succeeding(prefix: str = "") -> Q:
+    return Q(
+        **{
+            f"{prefix}status": Run.Status.SUCCEEDED,
+            f"{prefix}outcome": Run.Outcome.ACCOMPLISHED,
+            f"{prefix}score__gte": settings.STRATEGY_GOOD_SCORE,
+        }
+    )
+
+
+def _keep(pattern: Pattern) -> bool:
+    return pattern.failing_with >= settings.STRATEGY_MIN_SUPPORT and pattern.lift >= settings.STRATEGY_MIN_LIFT
+
+
+def _window_runs(since: datetime) -> QuerySet[Run]:
+    return Run.objects.all() if since == BEGINNING else Run.objects.filter(created_at__gte=since)
+
+
+# Rows of a run's steps or evaluations are bounded by the window twice: by a semi-join on the
+# run ids the window's creation times select (an index range scan of run_recent), which lets
+# PostgreSQL read those runs' rows by their run index (nested loops), and by the joined run's own
+# created_at, so that join reads the window's runs by the index too. Bounded by the join alone,
+# PostgreSQL read every error step of the history through the partial error-signature index and
+# dropped the old ones after (1.4 s instead of 0.1 s for 30 days of a 200,000-run history).
+def _window_steps(since: datetime) -> QuerySet[Step]:
+    if since == BEGINNING:
+        return Step.objects.all()
+    return Step.objects.filter(run_id__in=_window_runs(since).values("id"), run__created_at__gte=since)
+
+
+def _window_evaluations(since: datetime) -> QuerySet[Evaluation]:
+    if since == BEGINNING:
+        return Evaluation.objects.all()
+    return Evaluation.objects.filter(run_id__in=_window_runs(since).values("id"), run__created_at__gte=since)
+
+
+def _failing_steps_contrast() -> dict:
+    """Per group of steps: the failing and the succeeding runs that have one, and an example error."""
+    return {
+        "failing": Count("run", distinct=True, filter=_failing("run__")),
+        "succeeding": Count("run", distinct=True, filter=_succeeding("run__")),
+        "example": Min("error"),
+    }
