@@ -63,13 +63,14 @@ local-llm-install: $(LLM_VENV)/.installed
 
 # The local model, served by llama.cpp as an OpenAI-compatible endpoint on 127.0.0.1, no network
 # needed: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M), the smallest model here that calls tools correctly
-# (SmolLM2-135M could not act as an agent). A context that holds the prompt, its tools and a few
-# turns; one thread per core.
+# (SmolLM2-135M could not act as an agent). The model's own chat template (no --chat_format):
+# it writes tool calls as <tool_call> tags the agent reads; llama-cpp-python's
+# chatml-function-calling format let the model call tools but never answer, and HTML-escaped the
+# conversation. A context that holds the prompt, its tools and a few turns; one thread per core.
 LOCAL_LLM_MODEL := qwen2.5-coder-1.5b
 LOCAL_LLM_THREADS ?= $(shell nproc)
 LOCAL_LLM_SERVER = $(LLM_VENV)/bin/python -m llama_cpp.server --model "$$($(LLM_VENV)/bin/python scripts/local-model-path)" \
-	  --chat_format chatml-function-calling --model_alias $(LOCAL_LLM_MODEL) --n_ctx 8192 \
-	  --n_threads $(LOCAL_LLM_THREADS) --host 127.0.0.1 --port $(LLM_PORT)
+	  --model_alias $(LOCAL_LLM_MODEL) --n_ctx 8192 --n_threads $(LOCAL_LLM_THREADS) --host 127.0.0.1 --port $(LLM_PORT)
 # What the product needs on that model: a long timeout (a reply takes 10-60 s on 2 cores), bounded
 # replies, a small tool set (no sub-agents: a 1.5B model delegated every task to itself), tool
 # retrieval without embeddings (the server has none), and the offline heuristic judge (a 1.5B

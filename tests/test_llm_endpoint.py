@@ -270,3 +270,38 @@ def test_a_reply_naming_a_tool_not_offered_is_malformed_not_an_answer(endpoint):
     error_step = run.steps.get(kind=Step.Kind.MODEL_ERROR)
     assert error_step.error_class == "MalformedReply" and "not offered" in error_step.error
     assert run.final_output == "4"
+
+
+def test_calls_a_chat_template_leaves_in_the_text_are_calls(endpoint):
+    # llama.cpp's server on a model's own template (Qwen2.5, Hermes) passes the calls on as text.
+    endpoint.script = [
+        completion(
+            'Computing.\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "6 * 7"}}\n</tool_call>'
+        ),
+        completion("6 * 7 = 42"),
+    ]
+    run = run_task(text="What is 6 * 7?")
+    assert run.final_output == "6 * 7 = 42"
+    thought, call_step = run.steps.order_by("index")[:2]
+    assert thought.kind == Step.Kind.THOUGHT and thought.thought == "Computing."
+    assert call_step.tool_name == "calculator" and call_step.result["value"] == 42
+
+
+def test_a_tagged_call_that_is_not_json_is_a_failed_call_not_an_answer(endpoint):
+    endpoint.script = [completion('<tool_call>{"name": "calculator", "arguments": {expression: 6*7}</tool_call>'),
+                       completion("I could not compute it.")]  # fmt: skip
+    run = run_task(text="What is 6 * 7?")
+    failed = run.steps.get(kind=Step.Kind.TOOL_CALL)
+    assert not failed.success and failed.error_class == "InvalidToolCall", failed.error
+    assert run.final_output == "I could not compute it."
+
+
+def test_a_reply_that_is_one_json_call_of_an_offered_tool_is_a_call(endpoint):
+    # What Qwen2.5-Coder-1.5B writes on its own template: the call as a fenced JSON object.
+    endpoint.script = [
+        completion('```json\n{"name": "calculator", "arguments": {"expression": "17 * 23 + 4"}}\n```'),
+        completion('{"name": "the answer", "arguments": "none"}'),  # not a tool: an (odd) answer
+    ]
+    run = run_task(text="What is 17 * 23 + 4?")
+    assert run.steps.get(kind=Step.Kind.TOOL_CALL).result["value"] == 395
+    assert run.final_output == '{"name": "the answer", "arguments": "none"}'

@@ -209,7 +209,7 @@ class OpenAIChatModel:
         # tool_choice said outright: llama-cpp-python's function-calling chat format renders no
         # tools at all without it, so the model never learns it has any.
         response = self._create(messages=messages, tools=tools or omit, tool_choice="auto" if tools else omit)
-        reply = self._native_reply(response)
+        reply = _calls_in_text(self._native_reply(response), tools, turn_id=getattr(response, "id", "") or "text")
         chosen = _chosen_tool(reply, tools)
         if chosen is None:
             return LLMReply(
@@ -260,6 +260,60 @@ class OpenAIChatModel:
             return ""
         limit = f" of {self.max_tokens} tokens" if self.max_tokens else ""
         return f"Your reply was cut off at the length limit{limit}: reply more briefly."
+
+
+# Calls a server left in the text: a model's own chat template (Qwen2.5, Hermes and their kin, as
+# llama.cpp's server renders it without a function-calling format) writes each call as
+# <tool_call>{"name": ..., "arguments": {...}}</tool_call>, and the server passes it on as content.
+_TAGGED_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+
+
+def _calls_in_text(reply: LLMReply, tools: list[dict[str, Any]], *, turn_id: str) -> LLMReply:
+    """A reply whose calls came back as its text: <tool_call> tags, or (small models do it) the
+    whole reply one JSON call of an offered tool, fenced or not. Anything else stays text."""
+    if reply.tool_calls or not tools:
+        return reply
+    content, calls = reply.content, []
+    if _TAGGED_CALL.search(content):
+        content, calls = tagged_tool_calls(content, turn_id=turn_id)
+    else:
+        try:
+            data = json.loads(_FENCE.sub("", content.strip()))
+        except (ValueError, RecursionError):
+            data = None
+        offered = {t["function"]["name"] for t in tools}
+        items = data if isinstance(data, list) else [data]
+        if items and all(isinstance(d, dict) and d.get("name") in offered and "arguments" in d for d in items):
+            content = ""
+            calls = [
+                ToolCall(id=f"{turn_id}-{i}", name=d["name"],
+                         arguments=d["arguments"] if isinstance(d["arguments"], str) else json.dumps(d["arguments"]))
+                for i, d in enumerate(items)
+            ]  # fmt: skip
+    if not calls:
+        return reply
+    return LLMReply(content=content, tool_calls=calls, malformed=reply.malformed,
+                    tokens_in=reply.tokens_in, tokens_out=reply.tokens_out)  # fmt: skip
+
+
+def tagged_tool_calls(content: str, *, turn_id: str) -> tuple[str, list[ToolCall]]:
+    """The calls written as <tool_call> tags in ``content``, and the text around them. A tag whose
+    JSON does not parse is kept as a call with its raw text, so the invoker records it as the
+    malformed call it is rather than the reply passing for an answer."""
+    calls = []
+    for i, found in enumerate(_TAGGED_CALL.finditer(content)):
+        body = _FENCE.sub("", found.group(1))
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("name"), str):
+            arguments = data.get("arguments", {})
+            raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            calls.append(ToolCall(id=f"{turn_id}-{i}", name=data["name"], arguments=raw))
+        else:
+            calls.append(ToolCall(id=f"{turn_id}-{i}", name="", arguments=body))
+    return _TAGGED_CALL.sub("", content).strip(), calls
 
 
 _NAMED_ONLY = re.compile(r"\s*functions\.([\w.-]+?):?\s*")
