@@ -305,3 +305,25 @@ def test_a_reply_that_is_one_json_call_of_an_offered_tool_is_a_call(endpoint):
     run = run_task(text="What is 17 * 23 + 4?")
     assert run.steps.get(kind=Step.Kind.TOOL_CALL).result["value"] == 395
     assert run.final_output == '{"name": "the answer", "arguments": "none"}'
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        ('{"name": "update_plan", "arguments": "{\\"steps\\": [{\\"title\\": \\"Sum\\"}]}}"', "looks like a call of"),
+        ('To do this:\n<tools>\n<function name="read_file" parameters={"path": "a.txt"}></function>\n</tools>',
+         "wrote tool calls as text"),
+    ],
+)  # fmt: skip
+def test_a_failed_attempt_at_a_call_is_a_malformed_reply_not_an_answer(endpoint, reply, said):
+    # What Qwen2.5-Coder-1.5B wrote as "answers" on its own template; each ended a run answered.
+    endpoint.script = [completion(reply), completion("4")]
+    run = run_task()
+    error_step = run.steps.get(kind=Step.Kind.MODEL_ERROR)
+    assert error_step.error_class == "MalformedReply" and said in error_step.error
+    assert run.final_output == "4"
+
+
+def test_an_answer_that_mentions_a_function_in_words_stays_an_answer(endpoint):
+    endpoint.script = [completion('The function "name" field holds the tool; 2 + 2 = 4.')]
+    assert run_task().final_output == 'The function "name" field holds the tool; 2 + 2 = 4.'

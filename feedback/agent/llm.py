@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.utils import timezone
 
+from .tool_prompts import grammar_safe_tools, json_mode_messages
+
 logger = logging.getLogger(__name__)
 
 
@@ -56,60 +58,6 @@ class ChatModel(Protocol):
     name: str
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply: ...
-
-
-JSON_MODE_INSTRUCTIONS = """You cannot call tools natively. Reply with ONE JSON object and nothing else:
-{"thought": "...", "tool_calls": [{"name": "<tool>", "arguments": {...}}]} to call tools, or
-{"final_answer": "..."} when you are done. The tools:
-"""
-
-# Keywords a grammar-constrained decoder (llama.cpp turns a tool's JSON Schema into a grammar)
-# expands into one rule per allowed length or item: maxLength 200000 alone exceeds its rule limit
-# and crashed the server. The invoker still validates every call against the full schema, so a
-# model that overshoots gets the same clear argument error, just after the call instead of before.
-_GRAMMAR_HEAVY = frozenset({"maxLength", "minLength", "pattern", "format", "maxItems", "minItems", "uniqueItems"})
-
-
-def grammar_safe(schema: Any) -> Any:
-    """``schema`` without the keywords that blow up grammar-constrained decoding."""
-    if isinstance(schema, dict):
-        return {k: grammar_safe(v) for k, v in schema.items() if k not in _GRAMMAR_HEAVY}
-    if isinstance(schema, list):
-        return [grammar_safe(v) for v in schema]
-    return schema
-
-
-def _grammar_safe_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {**t, "function": {**t["function"], "parameters": grammar_safe(t["function"]["parameters"])}} for t in tools
-    ]
-
-
-def _json_mode_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rewrite a tool-calling conversation for a model without tool support."""
-    # Compact: this catalogue is the bulk of every JSON-mode prompt, and a local server's context
-    # (llama.cpp's default is 2,048 tokens) has to hold it with the conversation.
-    catalogue = "\n".join(
-        f"- {t['function']['name']}: {t['function']['description']} "
-        f"Parameters: {json.dumps(grammar_safe(t['function']['parameters']), separators=(',', ':'))}"
-        for t in tools
-    )
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        if m["role"] == "system":
-            out.append({"role": "system", "content": f"{m['content']}\n\n{JSON_MODE_INSTRUCTIONS}{catalogue}"})
-        elif m["role"] == "assistant":
-            calls = [
-                {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-                for c in m.get("tool_calls") or []
-            ]
-            body = {"thought": m.get("content") or "", "tool_calls": calls} if calls else None
-            out.append({"role": "assistant", "content": json.dumps(body) if body else m.get("content") or ""})
-        elif m["role"] == "tool":
-            out.append({"role": "user", "content": f"Tool result ({m['tool_call_id']}): {m['content']}"})
-        else:
-            out.append(m)
-    return out
 
 
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.I)
@@ -174,7 +122,7 @@ class OpenAIChatModel:
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
         if self.grammar_safe_schemas:
-            tools = _grammar_safe_tools(tools)
+            tools = grammar_safe_tools(tools)
         if self.tool_mode == "json":
             return self._complete_json(messages, tools)
         try:
@@ -245,7 +193,7 @@ class OpenAIChatModel:
 
     def _complete_json(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
         self._calls += 1
-        response = self._create(messages=_json_mode_messages(messages, tools))
+        response = self._create(messages=json_mode_messages(messages, tools))
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content or "") if choice else ""
         reply = parse_json_reply(text, turn_id=f"json-{self._calls}")
@@ -291,9 +239,32 @@ def _calls_in_text(reply: LLMReply, tools: list[dict[str, Any]], *, turn_id: str
                 for i, d in enumerate(items)
             ]  # fmt: skip
     if not calls:
-        return reply
+        attempt = "" if reply.malformed else _failed_attempt(reply.content, {t["function"]["name"] for t in tools})
+        if not attempt:
+            return reply
+        return LLMReply(content=reply.content, malformed=attempt, tokens_in=reply.tokens_in,
+                        tokens_out=reply.tokens_out)  # fmt: skip
     return LLMReply(content=content, tool_calls=calls, malformed=reply.malformed,
                     tokens_in=reply.tokens_in, tokens_out=reply.tokens_out)  # fmt: skip
+
+
+# What a small model writes when it means to call a tool and does not manage to: pseudo-markup
+# (<tools><function name="read_file" …>) or a call's JSON that does not parse. Taken for an
+# answer, it ended the run "answered" with no work done; as a malformed reply the model is told.
+_PSEUDO_MARKUP = re.compile(r"<(?:tools|function|tool_call)\b", re.I)
+_CALL_START = re.compile(r'\{\s*"name"\s*:\s*"([^"]+)"')
+
+
+def _failed_attempt(content: str, offered: set[str]) -> str:
+    """Why a reply is a failed attempt at a call rather than an answer, or "" when it is not one."""
+    text = _FENCE.sub("", content.strip())
+    start = _CALL_START.match(text)
+    if start and start.group(1) in offered:
+        return (f"Your reply looks like a call of {start.group(1)} but is not valid JSON: call tools through "
+                "the tool-calling format, or answer in words.")  # fmt: skip
+    if _PSEUDO_MARKUP.search(content):
+        return "Your reply wrote tool calls as text instead of making them: call tools, or answer in words."
+    return ""
 
 
 def tagged_tool_calls(content: str, *, turn_id: str) -> tuple[str, list[ToolCall]]:
