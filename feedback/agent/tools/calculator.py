@@ -116,8 +116,9 @@ CALCULATOR = {
     "properties": {
         "expression": {
             "type": "string",
-            "description": "An arithmetic expression, e.g. '(17 * 23 + 4) / 3'. "
-            "Supports + - * / // % ** and sqrt, abs, round, min, max.",
+            # No worked example here: a small model copied it as its expression, whatever it was asked.
+            "description": "The arithmetic expression to evaluate, written from the task's own numbers. "
+            "Supports + - * / // % ** ( ) and sqrt, abs, round, min, max.",
             "minLength": 1,
             "maxLength": MAX_LENGTH,
         }
