@@ -7,7 +7,8 @@ a test can stage 429s, 500s, slow replies, malformed tool calls and servers with
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -100,3 +101,13 @@ class FakeOpenAI:
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+@contextmanager
+def model_writing(settings, reply: str) -> Iterator["FakeOpenAI"]:
+    """An endpoint that answers every request with ``reply``, configured as the product's model."""
+    with FakeOpenAI() as endpoint:
+        settings.LLM_BACKEND = "openai"
+        settings.OPENAI_BASE_URL = endpoint.base_url
+        endpoint.responder = lambda body: completion(reply)
+        yield endpoint

@@ -108,15 +108,12 @@ def test_autonomy_sends_strong_proposals_to_trial_never_to_active(settings):
 
 
 def test_with_an_endpoint_the_model_writes_the_guidance(settings):
-    from .fake_openai import FakeOpenAI, completion
+    from .fake_openai import model_writing
 
     planted_history()
-    with FakeOpenAI() as endpoint:
-        settings.LLM_BACKEND = "openai"
-        settings.OPENAI_BASE_URL = endpoint.base_url
-        endpoint.responder = lambda body: completion(
-            '{"title": "Find the file first", "guidance": "List sub-folders before reading a file."}'
-        )
+    with model_writing(
+        settings, '{"title": "Find the file first", "guidance": "List sub-folders before reading a file."}'
+    ) as endpoint:
         mine_and_propose(window_days=30)
         prompt = endpoint.requests[0]["messages"][0]["content"]
     version = Strategy.objects.get(pattern_kind="error_signature").current_version
@@ -127,13 +124,10 @@ def test_with_an_endpoint_the_model_writes_the_guidance(settings):
 
 
 def test_a_model_that_answers_nonsense_leaves_the_template(settings):
-    from .fake_openai import FakeOpenAI, completion
+    from .fake_openai import model_writing
 
     planted_history()
-    with FakeOpenAI() as endpoint:
-        settings.LLM_BACKEND = "openai"
-        settings.OPENAI_BASE_URL = endpoint.base_url
-        endpoint.responder = lambda body: completion("I think you should be careful.")
+    with model_writing(settings, "I think you should be careful."):
         mine_and_propose(window_days=30)
     version = Strategy.objects.get(pattern_kind="error_signature").current_version
     assert version.new_guidance.startswith("When calling read_text_file in file analysis tasks")

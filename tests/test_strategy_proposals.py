@@ -87,16 +87,14 @@ def test_guidance_is_written_from_the_kind_of_feedback_not_pasted_from_it():
 
 
 def test_a_model_written_proposal_that_quotes_the_evidence_is_refused(settings):
-    from .fake_openai import FakeOpenAI, completion
+    from .fake_openai import model_writing
 
     leaky_history()
-    with FakeOpenAI() as endpoint:
-        settings.LLM_BACKEND = "openai"
-        settings.OPENAI_BASE_URL = endpoint.base_url
-        endpoint.responder = lambda body: completion(
-            '{"title": "Write 80 words", "guidance": "Make sure the summary of quarterly-report.txt meets the exact '
-            'number of words specified by 80; the answer is 49."}'
-        )
+    with model_writing(
+        settings,
+        '{"title": "Write 80 words", "guidance": "Make sure the summary of quarterly-report.txt meets the exact '
+        'number of words specified by 80; the answer is 49."}',
+    ) as endpoint:
         mine_and_propose(window_days=30)
         prompts = [r["messages"][0]["content"] for r in endpoint.requests]
     assert prompts  # the model was asked
@@ -108,15 +106,12 @@ def test_a_model_written_proposal_that_quotes_the_evidence_is_refused(settings):
 
 
 def test_a_model_written_proposal_that_generalises_is_kept(settings):
-    from .fake_openai import FakeOpenAI, completion
+    from .fake_openai import model_writing
 
     leaky_history()
-    with FakeOpenAI() as endpoint:
-        settings.LLM_BACKEND = "openai"
-        settings.OPENAI_BASE_URL = endpoint.base_url
-        endpoint.responder = lambda body: completion(
-            '{"title": "Check the answer", "guidance": "Compare the final answer with what the task asks for."}'
-        )
+    with model_writing(
+        settings, '{"title": "Check the answer", "guidance": "Compare the final answer with what the task asks for."}'
+    ):
         mine_and_propose(window_days=30)
     titles = set(Strategy.objects.values_list("title", flat=True))
     assert titles == {"Check the answer"}

@@ -11,6 +11,7 @@ import logging
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
 from pathlib import Path
 
 from django.conf import settings
@@ -98,7 +99,7 @@ class AgentLoop:
         strategy_injection.record(self.run, injection)
         self._use_guardrails(injection.guardrails)
         offerable = self.guardrails.tools(self.all_tools)
-        if self._depth() >= settings.SUBAGENT_MAX_DEPTH:
+        if self._depth >= settings.SUBAGENT_MAX_DEPTH:
             # A delegation would only be refused: not offered, so a model never spends a turn on
             # it (SUBAGENT_MAX_DEPTH=0 turns sub-agents off; a small model delegated everything).
             offerable = {name: tool for name, tool in offerable.items() if name != "delegate"}
@@ -278,6 +279,7 @@ class AgentLoop:
             retrying(lambda: Run.objects.filter(pk=child.pk).update(parent_step=step), what="linking a sub-agent run")
         return step
 
+    @cached_property
     def _depth(self) -> int:
         """How many runs this one is nested in (0 for a run a person started)."""
         depth, ancestor = 0, self.run
@@ -286,7 +288,7 @@ class AgentLoop:
         return depth
 
     def _delegate(self, call: ToolCall, outcome: Outcome) -> tuple[Run | None, Outcome]:
-        if self._depth() >= settings.SUBAGENT_MAX_DEPTH:
+        if self._depth >= settings.SUBAGENT_MAX_DEPTH:
             outcome.ok, outcome.result = False, None
             outcome.error = f"Sub-agents may not delegate further (depth limit {settings.SUBAGENT_MAX_DEPTH})."
             outcome.error_class = "ToolError"

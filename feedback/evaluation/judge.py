@@ -126,6 +126,10 @@ def _reply_json(content: str, kind: str) -> str:
     return found.group(0) if found else content
 
 
+def _said(refused: list[tuple[str, int]]) -> list[str]:
+    return [f"{kind}: {status}" for kind, status in refused]
+
+
 def llm_judge(run: Run, config: dict) -> Verdict:
     import openai
 
@@ -139,7 +143,7 @@ def llm_judge(run: Run, config: dict) -> Verdict:
         max_retries=0,
     )
     endpoint = (settings.OPENAI_BASE_URL, model)
-    refused: list[str] = []
+    refused: list[tuple[str, int]] = []  # (format, status)
     for kind in RESPONSE_FORMATS:
         if (*endpoint, kind) in _unsupported:
             continue
@@ -157,16 +161,16 @@ def llm_judge(run: Run, config: dict) -> Verdict:
             ) from exc
         except openai.APIStatusError as exc:
             if exc.status_code in _REFUSALS and kind != RESPONSE_FORMATS[-1]:
-                refused.append(f"{kind}: {exc.status_code}")
+                refused.append((kind, exc.status_code))
                 continue
             raise EvaluatorError(
-                f"The judge could not be reached: {type(exc).__name__}: {exc}", {"refused_formats": refused}
+                f"The judge could not be reached: {type(exc).__name__}: {exc}", {"refused_formats": _said(refused)}
             ) from exc
         except openai.APIError as exc:
             raise EvaluatorError(f"The judge could not be reached: {type(exc).__name__}: {exc}") from exc
         break
     # A looser format answered: the stricter ones were refused for what they are, not by chance.
-    _unsupported.update((*endpoint, r.split(":")[0]) for r in refused)
+    _unsupported.update((*endpoint, refused_kind) for refused_kind, _ in refused)
     content = response.choices[0].message.content if response.choices else None
     score, accomplished, feedback = parse_judge_reply(_reply_json(content or "", kind))
     usage = response.usage
@@ -177,7 +181,7 @@ def llm_judge(run: Run, config: dict) -> Verdict:
         details={
             "model": model,
             "response_format": kind,
-            **({"refused_formats": refused} if refused else {}),
+            **({"refused_formats": _said(refused)} if refused else {}),
             "tokens_in": getattr(usage, "prompt_tokens", 0) or 0,
             "tokens_out": getattr(usage, "completion_tokens", 0) or 0,
         },

@@ -21,20 +21,20 @@ NEW = [
 ]  # fmt: skip
 
 
-def forwards(apps, schema_editor):
+def _replace(apps, old, new):
     EvaluationProfile = apps.get_model("feedback", "EvaluationProfile")
     for profile in EvaluationProfile.objects.filter(task_kind="email_triage"):
-        if profile.evaluators == OLD:
-            profile.evaluators = NEW
+        if profile.evaluators == old:
+            profile.evaluators = new
             profile.save(update_fields=["evaluators", "updated_at"])
+
+
+def forwards(apps, schema_editor):
+    _replace(apps, OLD, NEW)
 
 
 def backwards(apps, schema_editor):
-    EvaluationProfile = apps.get_model("feedback", "EvaluationProfile")
-    for profile in EvaluationProfile.objects.filter(task_kind="email_triage"):
-        if profile.evaluators == NEW:
-            profile.evaluators = OLD
-            profile.save(update_fields=["evaluators", "updated_at"])
+    _replace(apps, NEW, OLD)
 
 
 class Migration(migrations.Migration):
