@@ -10,6 +10,7 @@ import secrets
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -331,6 +332,12 @@ OTEL_EXPORT_RETRIES = env.int("OTEL_EXPORT_RETRIES", default=5)
 # --- Strategies (layer 3) ----------------------------------------------------------------------
 STRATEGY_MINING_WINDOW_DAYS = env.int("STRATEGY_MINING_WINDOW_DAYS", default=30)
 STRATEGY_MIN_SUPPORT = env.int("STRATEGY_MIN_SUPPORT", default=5)
+# Who writes a proposal's title and guidance: the configured model ("model", the template where
+# there is no endpoint or it fails) or always the template ("template": a small local model
+# parrots the instructions it is given instead of generalising the evidence).
+STRATEGY_PROPOSAL_WRITER = env.str("STRATEGY_PROPOSAL_WRITER", default="model")
+if STRATEGY_PROPOSAL_WRITER not in ("model", "template"):
+    raise ImproperlyConfigured(f"STRATEGY_PROPOSAL_WRITER must be 'model' or 'template', not {STRATEGY_PROPOSAL_WRITER!r}")
 # A run "failed" for mining when it failed or scored below this; "succeeded" at or above GOOD.
 STRATEGY_LOW_SCORE = env.float("STRATEGY_LOW_SCORE", default=0.7)
 STRATEGY_GOOD_SCORE = env.float("STRATEGY_GOOD_SCORE", default=0.8)

@@ -117,6 +117,23 @@ def test_a_model_written_proposal_that_generalises_is_kept(settings):
     assert titles == {"Check the answer"}
 
 
+def test_proposals_written_by_the_template_never_ask_the_model(settings):
+    # A small local model repeats the proposal prompt's rules as its guidance: the operator can
+    # keep it to the agent's work and let mining's templates write the proposals.
+    from .fake_openai import model_writing
+
+    leaky_history()
+    with model_writing(settings, '{"title": "Check the answer", "guidance": "Avoid quoting expected answers."}') as endpoint:
+        settings.STRATEGY_PROPOSAL_WRITER = "template"
+        mine_and_propose(window_days=30)
+        asked = len(endpoint.requests)
+    assert asked == 0
+    titles = set(Strategy.objects.values_list("title", flat=True))
+    assert "Check the answer" not in titles and titles
+    reference = Strategy.objects.get(pattern_key__startswith="evaluator_feedback:arithmetic:reference:")
+    assert "check it against each thing the task asks for" in reference.current_version.new_guidance
+
+
 def test_the_reviewer_still_reads_the_evaluators_words_outside_the_prompt(client, reviewer):
     from django.urls import reverse
 

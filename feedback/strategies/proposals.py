@@ -235,7 +235,7 @@ def _evidence_for_model(pattern: Pattern, found: Secrets) -> dict:
 def _written_by_model(pattern: Pattern, fallback: Proposal, found: Secrets) -> Proposal:
     """Ask the configured LLM for a title and guidance; keep the template on any failure, and
     when what it wrote quotes the evidence (an expected answer, a number from one, a file name)."""
-    if not use_endpoint():
+    if not use_endpoint() or settings.STRATEGY_PROPOSAL_WRITER == "template":
         return fallback
     import openai
 
