@@ -30,6 +30,7 @@ from feedback.evaluation.chain import evaluate_run
 from feedback.evaluation.evaluators import numbers_in, refusal_in
 from feedback.models import Run, Strategy, Task, Workspace
 
+from .conditions import matches
 from .proposals import mine_and_propose
 from .services import strategy_approve, strategy_promote, strategy_roll_back
 from .trials import check_trials, trial_stats
@@ -163,7 +164,8 @@ def _demo_reviewer():
 
 def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bool = False,
                   out: Callable[[str], None] = print, progress: bool = False,
-                  trial_batch: int | None = None, trial_limit: int | None = None) -> dict:  # fmt: skip
+                  trial_batch: int | None = None, trial_limit: int | None = None,
+                  trial_strategies: int | None = None) -> dict:  # fmt: skip
     rng = random.Random(seed)
     workspace = seed_workspace()
     user = get_user_model().objects.filter(username="staff").first()
@@ -182,7 +184,10 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
         return {"before": before.figures(), "proposed": [s.pk for s in proposed]}
 
     reviewer = _demo_reviewer()
-    for s in Strategy.objects.filter(status=Strategy.Status.PROPOSED):
+    # A reviewer with little time picks the best-supported proposals: a run takes part in one
+    # trial only, so every strategy more on trial is fewer runs in each one's arms.
+    chosen = Strategy.objects.filter(status=Strategy.Status.PROPOSED).order_by("-support", "pk")
+    for s in chosen[:trial_strategies] if trial_strategies else chosen:
         strategy_approve(strategy=s, reviewer=reviewer, reason="demo-loop --auto-approve", trial_fraction=0.5)
     out("Phase 2: the proposals on trial, in batches until every trial is decided...")
     batch, limit = trial_batch or max(20, tasks_per_phase // 3), trial_limit or 8 * tasks_per_phase
@@ -216,7 +221,10 @@ def _trial_phase(rng: random.Random, batch: int, limit: int, user, workspace: Wo
     total = Phase("trial", timezone.now(), timezone.now(), 0)
     rolled: list[int] = []
     while total.runs < limit:
-        phase = run_phase("trial", workload(rng, min(batch, limit - total.runs), workspace), user, workspace, out)
+        items = _trial_workload(rng, min(batch, limit - total.runs), workspace)
+        if not items:
+            break
+        phase = run_phase("trial", items, user, workspace, out)
         total.runs += phase.runs
         total.checked += phase.checked
         total.correct += phase.correct
@@ -231,6 +239,23 @@ def _trial_phase(rng: random.Random, batch: int, limit: int, user, workspace: Wo
             break
     total.until = timezone.now()
     return total, rolled
+
+
+def _trial_workload(rng: random.Random, n: int, workspace: Workspace) -> list[tuple[str, str, str]]:
+    """The workload's tasks that a strategy on trial applies to: a run no trial matches tells
+    the trial nothing, and on a real model every run costs the better part of a minute."""
+    conditions = [
+        s.current_version.condition
+        for s in Strategy.objects.filter(status=Strategy.Status.TRIAL).select_related("current_version")
+    ]
+    items: list[tuple[str, str, str]] = []
+    # Bounded: a condition no task of the workload meets leaves the batch short, not the loop stuck.
+    for _ in range(50):
+        drawn = workload(rng, n, workspace)
+        items += [t for t in drawn if any(matches(c, task_kind=t[0], text=t[1]) for c in conditions)]
+        if len(items) >= n:
+            break
+    return items[:n]
 
 
 def format_figures(figures: dict) -> str:

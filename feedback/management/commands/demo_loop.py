@@ -18,13 +18,17 @@ class Command(BaseCommand):
             "--trial-batch", type=int, help="Trial runs between looks (default: tasks / 3, at least 20)."
         )
         parser.add_argument("--trial-limit", type=int, help="Trial runs at most (default: 8 x tasks).")
+        parser.add_argument(
+            "--trial-strategies", type=int,
+            help="With --auto-approve: approve the N best-supported proposals only (default: all).",
+        )
         parser.add_argument("--quiet", action="store_true", help="No line per run, only the phases and figures.")
 
     def handle(self, *args, **options) -> None:
         run_demo_loop(
             tasks_per_phase=options["tasks"], seed=options["seed"], auto_approve=options["auto_approve"],
             out=self._say, progress=not options["quiet"], trial_batch=options["trial_batch"],
-            trial_limit=options["trial_limit"],
+            trial_limit=options["trial_limit"], trial_strategies=options["trial_strategies"],
         )  # fmt: skip
 
     def _say(self, line: str) -> None:
