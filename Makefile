@@ -90,8 +90,11 @@ local-llm: $(LLM_VENV)/.installed
 # (DEMO_TASKS per phase, the trial up to DEMO_TRIAL_LIMIT runs; about a minute a run on 2 cores),
 # and writes its progress to var/demo-loop-local.log. A pattern needs 3 failing runs of a task kind
 # (STRATEGY_MIN_SUPPORT, 5 by default): a 10-task phase has 3 to 7 of each kind.
+# The trial takes the DEMO_TRIAL_STRATEGIES best-supported proposals (a run is in one trial only:
+# more strategies, fewer runs in each arm) and runs only tasks they apply to.
 DEMO_TASKS ?= 10
 DEMO_TRIAL_LIMIT ?= 30
+DEMO_TRIAL_STRATEGIES ?= 1
 demo-loop-local: $(VENV)/.run-deps $(LLM_VENV)/.installed
 	$(BIN)/python manage.py migrate --noinput -v 0
 	$(BIN)/python manage.py seed_demo > /dev/null
@@ -99,7 +102,8 @@ demo-loop-local: $(VENV)/.run-deps $(LLM_VENV)/.installed
 	@nohup bash -c '$(LOCAL_LLM_SERVER) > var/local-llm.log 2>&1 & server=$$!; trap "kill $$server" EXIT; \
 	  until curl -sf http://127.0.0.1:$(LLM_PORT)/v1/models > /dev/null; do sleep 1; done; \
 	  $(LOCAL_LLM_ENV) STRATEGY_MIN_SUPPORT=3 LOG_LEVEL=ERROR $(BIN)/python manage.py demo_loop --auto-approve \
-	    --tasks $(DEMO_TASKS) --trial-batch $(DEMO_TASKS) --trial-limit $(DEMO_TRIAL_LIMIT)' > var/demo-loop-local.log 2>&1 &
+	    --tasks $(DEMO_TASKS) --trial-batch $(DEMO_TASKS) --trial-limit $(DEMO_TRIAL_LIMIT) \
+	    --trial-strategies $(DEMO_TRIAL_STRATEGIES)' > var/demo-loop-local.log 2>&1 &
 	@echo "The demo loop runs in the background on the local model: tail -f var/demo-loop-local.log"
 
 # Twice: the whole suite on PostgreSQL, a real Redis broker and worker processes, Chromium; then

@@ -337,7 +337,7 @@ STRATEGY_MIN_SUPPORT = env.int("STRATEGY_MIN_SUPPORT", default=5)
 # parrots the instructions it is given instead of generalising the evidence).
 STRATEGY_PROPOSAL_WRITER = env.str("STRATEGY_PROPOSAL_WRITER", default="model")
 if STRATEGY_PROPOSAL_WRITER not in ("model", "template"):
-    raise ImproperlyConfigured(f"STRATEGY_PROPOSAL_WRITER must be 'model' or 'template', not {STRATEGY_PROPOSAL_WRITER!r}")
+    raise ImproperlyConfigured(f"STRATEGY_PROPOSAL_WRITER is 'model' or 'template', not {STRATEGY_PROPOSAL_WRITER!r}.")
 # A run "failed" for mining when it failed or scored below this; "succeeded" at or above GOOD.
 STRATEGY_LOW_SCORE = env.float("STRATEGY_LOW_SCORE", default=0.7)
 STRATEGY_GOOD_SCORE = env.float("STRATEGY_GOOD_SCORE", default=0.8)

@@ -123,7 +123,8 @@ def test_proposals_written_by_the_template_never_ask_the_model(settings):
     from .fake_openai import model_writing
 
     leaky_history()
-    with model_writing(settings, '{"title": "Check the answer", "guidance": "Avoid quoting expected answers."}') as endpoint:
+    parroted = '{"title": "Check the answer", "guidance": "Avoid quoting expected answers."}'
+    with model_writing(settings, parroted) as endpoint:
         settings.STRATEGY_PROPOSAL_WRITER = "template"
         mine_and_propose(window_days=30)
         asked = len(endpoint.requests)
@@ -146,3 +147,30 @@ def test_the_reviewer_still_reads_the_evaluators_words_outside_the_prompt(client
     assert "never put into a prompt" in html
     guidance = html.split('id="guidance">', 1)[1].split("</dd>", 1)[0]
     assert _leaks(guidance) == [] and "check it against each thing the task asks for" in guidance
+
+
+def test_a_file_name_given_as_the_text_is_learned_as_a_guardrail(tmp_path):
+    # What Qwen2.5-Coder-1.5B did most in file analysis tasks: analyze_text(text="<file name>").
+    from feedback.agent.errors import error_signature
+    from feedback.agent.tools import ToolContext, ToolError
+    from feedback.agent.tools.text import analyze_text
+
+    for name in ("report.txt", "notes.md", "plan.txt"):
+        (tmp_path / name).write_text("Words of a file.")
+    for i in range(8):
+        name = ("report.txt", "notes.md", "plan.txt")[i % 3]
+        with pytest.raises(ToolError) as refused:
+            analyze_text(ToolContext(run_id=0, workspace=tmp_path), text=name)
+        run = _run(kind="file_analysis", text=f"Count the words in {name} ({i})", good=False,
+                   steps=[("analyze_text", {"text": name}, str(refused.value))])  # fmt: skip
+        run.steps.update(error_signature=error_signature("analyze_text", "ToolError", str(refused.value)))
+    for i in range(12):
+        _run(kind="file_analysis", text=f"Count the words in notes-{i}.txt", good=True,
+             steps=[("analyze_text", {"path": f"notes-{i}.txt"}, "")])  # fmt: skip
+    mine_and_propose(window_days=30)
+    learned = Strategy.objects.get(pattern_kind="error_signature")
+    assert learned.support == 8
+    assert learned.current_version.guardrails == [
+        {"type": "parameter_rule", "tool": "analyze_text", "param": "text", "action": "file_name_as_path"}
+    ]
+    assert _leaks(learned.title) == [] and "report.txt" not in learned.current_version.new_guidance

@@ -5,7 +5,9 @@ Kinds (each a dict with a "type"):
   tool is refused until the required tool has succeeded in this run.
 - ``parameter_rule``: ``{"tool": ..., "param": ..., "pattern": "^[^/]"}`` refuses arguments
   that do not match; ``"action": "resolve_in_workspace"`` rewrites a file path that does not
-  exist to the one file of that name in the workspace, when there is exactly one.
+  exist to the one file of that name in the workspace, when there is exactly one;
+  ``"action": "file_name_as_path"`` moves a value that names a workspace file (the same way) from
+  that parameter to ``path``: the model gave a file's name as the text to work on.
 - ``retry_policy``: ``{"tool": ..., "timeout": 20, "max_attempts": 5}`` overrides the tool's.
 - ``tool_disabled``: ``{"tool": ...}`` refuses the tool for the runs the strategy matches.
 - ``tool_subset``: ``{"tools": ["list_directory", "read_text_file"]}`` offers only those tools
@@ -23,12 +25,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .sandbox import SandboxError, resolve
+from .sandbox import SandboxError, file_named, one_file_named, resolve
 from .tools import Tool
 
 KINDS = ("tool_precondition", "parameter_rule", "retry_policy", "tool_disabled", "tool_subset", "tool_mode")
 _RUN_KINDS = frozenset({"tool_subset", "tool_mode"})
 TOOL_MODES = ("json", "native")
+PARAMETER_ACTIONS = ("resolve_in_workspace", "file_name_as_path")
 # The base prompt (prompts.py) tells every run to record a plan with it first: never taken away.
 ALWAYS_OFFERED = frozenset({"update_plan"})
 
@@ -60,8 +63,8 @@ def check_guardrails(guardrails: Any) -> list[str]:
                     re.compile(g["pattern"])
                 except (re.error, TypeError):
                     problems.append(f"Guardrail {i}: 'pattern' is not a valid regular expression.")
-            elif g.get("action") != "resolve_in_workspace":
-                problems.append(f"Guardrail {i}: give a 'pattern' or action 'resolve_in_workspace'.")
+            elif g.get("action") not in PARAMETER_ACTIONS:
+                problems.append(f"Guardrail {i}: give a 'pattern' or an action: {', '.join(PARAMETER_ACTIONS)}.")
         if g["type"] == "retry_policy":
             for key in ("timeout", "max_attempts"):
                 if key in g and (not isinstance(g[key], int | float) or g[key] <= 0):
@@ -161,6 +164,12 @@ class Guardrails:
                 if found and found != value:
                     notes.append(f"Guardrail: {rule['param']} {value!r} resolved to {found!r}.")
                     arguments[rule["param"]] = found
+            if rule.get("action") == "file_name_as_path" and rule["param"] != "path" and "path" not in arguments:
+                found = file_named(self.workspace, value)
+                if found:
+                    notes.append(f"Guardrail: {rule['param']} {value!r} names a file: passed as path {found!r}.")
+                    del arguments[rule["param"]]
+                    arguments["path"] = found
         return Decision(arguments=json.dumps(arguments), notes=notes)
 
     def _resolve(self, path: str) -> str:
@@ -169,8 +178,5 @@ class Guardrails:
                 return path
         except SandboxError:
             return path  # the tool refuses it with the sandbox's own message
-        name = Path(path).name
-        candidates = [p for p in self.workspace.rglob(name) if p.is_file() and not p.is_symlink()][:2]
-        if len(candidates) != 1:
-            return path
-        return str(candidates[0].relative_to(self.workspace))
+        found = one_file_named(self.workspace, Path(path).name)
+        return str(found.relative_to(self.workspace)) if found else path

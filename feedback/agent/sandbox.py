@@ -40,3 +40,24 @@ def resolve(workspace: Path, path: str) -> Path:
         if candidate != root and root not in candidate.parents:
             raise SandboxError(f"The path {path!r} leads outside the workspace.")
     return (root / path.strip()).resolve()
+
+
+def one_file_named(workspace: Path, name: str) -> Path | None:
+    """The one regular file called ``name`` anywhere in the workspace; None if none or several."""
+    candidates = [p for p in Path(workspace).rglob(name) if p.is_file() and not p.is_symlink()][:2]
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def file_named(workspace: Path, value: str) -> str:
+    """The workspace file a bare value names (relative path): the file at that path, else the
+    one file of that name in a sub-folder; "" when it names none (or is not a name at all)."""
+    name = value.strip()
+    if not name or len(name) > 500 or any(c.isspace() for c in name):
+        return ""
+    try:
+        if resolve(workspace, name).is_file():
+            return name
+    except SandboxError:
+        return ""
+    found = one_file_named(workspace, Path(name).name)
+    return str(found.relative_to(Path(workspace).resolve())) if found else ""

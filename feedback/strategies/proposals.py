@@ -42,6 +42,8 @@ def _guardrails(pattern: Pattern) -> list[dict]:
         if d.get("tool") == "read_text_file" and "No such file" in example:
             return [{"type": "parameter_rule", "tool": "read_text_file", "param": "path",
                      "action": "resolve_in_workspace"}]  # fmt: skip
+        if "is the name of a file in the workspace" in example:
+            return [{"type": "parameter_rule", "tool": d["tool"], "param": "text", "action": "file_name_as_path"}]
         if d.get("error_class") == "ToolTimeout":
             return [{"type": "retry_policy", "tool": d["tool"], "timeout": 30, "max_attempts": 4}]
         if d.get("error_class") == "Refused":

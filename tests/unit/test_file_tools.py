@@ -2,6 +2,7 @@ import os
 
 import pytest
 
+from feedback.agent.errors import error_signature
 from feedback.agent.tools import ToolContext, ToolError
 from feedback.agent.tools.files import list_directory, read_text_file
 from feedback.agent.tools.http import http_get
@@ -49,6 +50,27 @@ def test_analyze_text(ctx):
     assert (stats["words"], stats["sentences"], stats["lines"]) == (6, 3, 2)
     with pytest.raises(ToolError, match="exactly one"):
         analyze_text(ctx, text="a", path="inbox/a.txt")
+
+
+def test_analyze_text_refuses_a_file_name_given_as_the_text(ctx):
+    # Issue 15: Qwen2.5-Coder-1.5B called analyze_text(text="report.txt") and reported 2 words.
+    with pytest.raises(ToolError, match=r"'inbox/a.txt' is the name of a file in the workspace.*path='inbox/a.txt'"):
+        analyze_text(ctx, text=" inbox/a.txt ")
+    # A bare name finds the one file of that name in a sub-folder.
+    with pytest.raises(ToolError, match=r"pass path='inbox/a.txt'"):
+        analyze_text(ctx, text="a.txt")
+    # Words that happen to look like a name, and names of what is not a file, are text.
+    assert analyze_text(ctx, text="inbox/b.txt")["words"] == 3
+    assert analyze_text(ctx, text="inbox")["words"] == 1
+    assert analyze_text(ctx, text="../secret.txt")["words"] == 2
+    # The same mistake is the same error, whichever file: mining counts it as one pattern.
+    (ctx.workspace / "b.txt").write_text("Other words.")
+    messages = []
+    for name in ("a.txt", "b.txt"):
+        with pytest.raises(ToolError) as refused:
+            analyze_text(ctx, text=name)
+        messages.append(error_signature("analyze_text", "ToolError", str(refused.value)))
+    assert messages[0] == messages[1]
 
 
 def test_http_get_refuses_hosts_off_the_allow_list(ctx, settings):

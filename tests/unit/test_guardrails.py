@@ -1,5 +1,6 @@
 """The run-wide guardrails for small models: fewer tools (tool_subset) and a tool-mode switch (tool_mode)."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,21 @@ def test_the_run_wide_guardrails_are_checked():
         "Guardrail 3: a tool mode needs 'mode': json or native.",
         "Guardrail 4: name the tool it applies to.",
     ]
+
+
+def test_a_file_name_given_as_the_text_is_passed_as_the_path(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "notes.md").write_text("Some notes.")
+    (tmp_path / "report.txt").write_text("A report.")
+    rule = {"type": "parameter_rule", "tool": "analyze_text", "param": "text", "action": "file_name_as_path"}
+    assert check_guardrails([rule]) == []
+    rails = Guardrails([rule], tmp_path)
+    moved = rails.check("analyze_text", '{"text": "report.txt"}', set())
+    assert json.loads(moved.arguments) == {"path": "report.txt"} and "passed as path" in moved.notes[0]
+    # A bare name of a file in a sub-folder: the one file of that name.
+    assert json.loads(rails.check("analyze_text", '{"text": "notes.md"}', set()).arguments) == {"path": "docs/notes.md"}
+    # Text is text, a path already given is kept, and no file outside the workspace is named.
+    for arguments in ('{"text": "Summarise report.txt"}', '{"text": "report.txt", "path": "x"}', '{"text": "../x"}'):
+        kept = rails.check("analyze_text", arguments, set())
+        assert json.loads(kept.arguments) == json.loads(arguments) and kept.notes == []
+    assert check_guardrails([{**rule, "action": "guess"}]) != []

@@ -2,6 +2,8 @@ import re
 from collections import Counter
 from typing import Any
 
+from feedback.agent.sandbox import file_named
+
 from .base import ToolContext, ToolError
 from .files import read_text_file
 
@@ -18,6 +20,10 @@ def analyze_text(ctx: ToolContext, text: str = "", path: str = "") -> dict[str, 
         raise ToolError("Give exactly one of 'text' or 'path'.")
     if path:
         text = read_text_file(ctx, path)["text"]
+    elif found := file_named(ctx.workspace, text):
+        # Small models pass the file's name as the text and report its two words as the file's:
+        # a silent wrong answer. Said as an error, the model can correct the call, and mining sees it.
+        raise ToolError(f"{text.strip()!r} is the name of a file in the workspace, not its text: pass path={found!r}.")
     words = _WORD.findall(text)
     sentences = [s for s in _SENTENCE_END.split(text.strip()) if s.strip()]
     counts = Counter(w.lower() for w in words if w.lower() not in _STOPWORDS and not w.isdigit())
