@@ -31,6 +31,7 @@ from feedback.evaluation.evaluators import numbers_in, refusal_in
 from feedback.models import Run, Strategy, Task, Workspace
 
 from .conditions import matches
+from .hindsight import evidence_hindsight, tally
 from .proposals import mine_and_propose
 from .services import strategy_approve, strategy_promote, strategy_roll_back
 from .trials import check_trials, trial_stats
@@ -184,9 +185,7 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
         return {"before": before.figures(), "proposed": [s.pk for s in proposed]}
 
     reviewer = _demo_reviewer()
-    # A reviewer with little time picks the best-supported proposals: a run takes part in one
-    # trial only, so every strategy more on trial is fewer runs in each one's arms.
-    chosen = Strategy.objects.filter(status=Strategy.Status.PROPOSED).order_by("-support", "pk")
+    chosen = reviewers_pick(list(Strategy.objects.filter(status=Strategy.Status.PROPOSED).order_by("pk")))
     for s in chosen[:trial_strategies] if trial_strategies else chosen:
         strategy_approve(strategy=s, reviewer=reviewer, reason="demo-loop --auto-approve", trial_fraction=0.5)
     out("Phase 2: the proposals on trial, in batches until every trial is decided...")
@@ -239,6 +238,19 @@ def _trial_phase(rng: random.Random, batch: int, limit: int, user, workspace: Wo
             break
     total.until = timezone.now()
     return total, rolled
+
+
+def reviewers_pick(proposals: list[Strategy]) -> list[Strategy]:
+    """The proposals in the order a reviewer with little time takes them: first those whose
+    guardrails would have acted on the most of their evidence runs (the review page's hindsight:
+    the engine enforces them, whatever the model makes of guidance), then the best supported. A
+    run takes part in one trial only: every strategy more on trial is fewer runs in each arm."""
+
+    def fixed_by_guardrail(strategy: Strategy) -> int:
+        evidence = list(strategy.evidence.select_related("task__workspace").order_by("-pk")[:50])
+        return tally(evidence_hindsight(strategy, evidence))["guardrail"]
+
+    return sorted(proposals, key=lambda s: (-fixed_by_guardrail(s), -s.support, s.pk))
 
 
 def _trial_workload(rng: random.Random, n: int, workspace: Workspace) -> list[tuple[str, str, str]]:

@@ -20,7 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--trial-limit", type=int, help="Trial runs at most (default: 8 x tasks).")
         parser.add_argument(
             "--trial-strategies", type=int,
-            help="With --auto-approve: approve the N best-supported proposals only (default: all).",
+            help="With --auto-approve: approve N proposals only, a reviewer's pick (default: all).",
         )
         parser.add_argument("--quiet", action="store_true", help="No line per run, only the phases and figures.")
 
