@@ -164,13 +164,23 @@ class Guardrails:
                 if found and found != value:
                     notes.append(f"Guardrail: {rule['param']} {value!r} resolved to {found!r}.")
                     arguments[rule["param"]] = found
-            if rule.get("action") == "file_name_as_path" and rule["param"] != "path" and "path" not in arguments:
+            if rule.get("action") == "file_name_as_path" and rule["param"] != "path" and self._no_file(arguments):
                 found = file_named(self.workspace, value)
                 if found:
                     notes.append(f"Guardrail: {rule['param']} {value!r} names a file: passed as path {found!r}.")
                     del arguments[rule["param"]]
                     arguments["path"] = found
         return Decision(arguments=json.dumps(arguments), notes=notes)
+
+    def _no_file(self, arguments: dict) -> bool:
+        # Small models fill every parameter: path "" or "." beside the file's name as the text.
+        path = arguments.get("path")
+        if path is None or (isinstance(path, str) and not path.strip()):
+            return True
+        try:
+            return isinstance(path, str) and resolve(self.workspace, path).is_dir()
+        except SandboxError:
+            return False
 
     def _resolve(self, path: str) -> str:
         try:

@@ -97,8 +97,13 @@ def test_a_file_name_given_as_the_text_is_passed_as_the_path(tmp_path):
     assert json.loads(moved.arguments) == {"path": "report.txt"} and "passed as path" in moved.notes[0]
     # A bare name of a file in a sub-folder: the one file of that name.
     assert json.loads(rails.check("analyze_text", '{"text": "notes.md"}', set()).arguments) == {"path": "docs/notes.md"}
-    # Text is text, a path already given is kept, and no file outside the workspace is named.
-    for arguments in ('{"text": "Summarise report.txt"}', '{"text": "report.txt", "path": "x"}', '{"text": "../x"}'):
+    # What Qwen2.5-Coder-1.5B sent beside the name: an empty path, or a folder.
+    for arguments in ('{"text": "report.txt", "path": ""}', '{"text": "report.txt", "path": "."}',
+                      '{"text": "report.txt", "path": "docs"}'):  # fmt: skip
+        assert json.loads(rails.check("analyze_text", arguments, set()).arguments) == {"path": "report.txt"}
+    # Text is text, a file's path already given is kept, and no file outside the workspace is named.
+    for arguments in ('{"text": "Summarise report.txt"}', '{"text": "report.txt", "path": "docs/notes.md"}',
+                      '{"text": "report.txt", "path": "../x"}', '{"text": "../x"}'):  # fmt: skip
         kept = rails.check("analyze_text", arguments, set())
         assert json.loads(kept.arguments) == json.loads(arguments) and kept.notes == []
     assert check_guardrails([{**rule, "action": "guess"}]) != []
