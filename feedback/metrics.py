@@ -33,6 +33,8 @@ from feedback.models import (
     DailyToolLatency,
     DailyToolStats,
     Evaluation,
+    MonthlyToolLatency,
+    MonthlyToolStats,
     Run,
     Step,
     StrategyEvent,
@@ -231,6 +233,35 @@ def whole_days(
     """The rollup rows of the window's whole days ``[first, last)``, of its kind if it has one."""
     rollups = model.objects.filter(day__gte=first, day__lt=last)
     return rollups.filter(task_kind=window.kind) if window.kind else rollups
+
+
+def whole_months(first: date, last: date) -> tuple[date, date] | None:
+    """The calendar months ``[start, end)`` (first days of months) that lie wholly inside the
+    days ``[first, last)``, or None when no month does."""
+    start = first if first.day == 1 else (first.replace(day=28) + timedelta(days=4)).replace(day=1)
+    end = last.replace(day=1)
+    return (start, end) if start < end else None
+
+
+def whole_periods(
+    daily: type[DailyToolStats | DailyToolLatency],
+    monthly: type[MonthlyToolStats | MonthlyToolLatency],
+    window: Window,
+    first: date,
+    last: date,
+) -> list[QuerySet]:
+    """The rollup rows that hold the window's whole days ``[first, last)`` (of its kind, if it
+    has one): the monthly rows of the whole months among them, and the daily rows of the days
+    before and after those. Monthly rows are sums of daily ones (feedback/rollups.py), so both
+    give the same figures; a year reads ~12 monthly rows and at most ~60 days' rows per key."""
+    months = whole_months(first, last)
+    if months is None:
+        return [whole_days(daily, window, first, last)]
+    rows = monthly.objects.filter(month__gte=months[0], month__lt=months[1])
+    days = daily.objects.filter(Q(day__gte=first, day__lt=months[0]) | Q(day__gte=months[1], day__lt=last))
+    if window.kind:
+        rows, days = rows.filter(task_kind=window.kind), days.filter(task_kind=window.kind)
+    return [rows, days] if (first, last) != months else [rows]
 
 
 def period_counts(window: Window) -> list[dict]:
