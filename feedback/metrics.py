@@ -57,14 +57,19 @@ class Window:
     counted: bool | None = None
     # One run alone: its own figures, as the rollups add them.
     run_id: int | None = None
+    # The window ends now: no run was created after ``until``, so the current day's rollup rows
+    # hold the current day's counted runs of the window, and only its uncounted ones are counted
+    # live (see split_window).
+    to_now: bool = False
 
     @classmethod
     def last(cls, days: int, *, kind: str = "", granularity: str = "day") -> "Window":
         """From the midnight ``days`` days ago until now: the first period is a whole day (as
-        its bar on the chart suggests), and it comes from the rollups instead of a live count."""
+        its bar on the chart suggests), and it comes from the rollups instead of a live count;
+        so does the current day's counted runs (``to_now``)."""
         until = timezone.now()
         since = _midnight(timezone.localtime(until - timedelta(days=days)).date())
-        return cls(since=since, until=until, kind=kind, granularity=granularity)
+        return cls(since=since, until=until, kind=kind, granularity=granularity, to_now=True)
 
     @classmethod
     def of_run(cls, run: Run) -> "Window":
@@ -212,14 +217,23 @@ def split_window(window: Window) -> tuple[list[Window], date | None, date | None
     """The whole days ``[first, last)`` the rollups answer for, and what is counted live: the
     partial edges, and the whole days' runs that are not in the rollups yet (those still going
     or not evaluated yet: a few, found by a partial index). ``first`` is None when the window
-    holds no whole day."""
+    holds no whole day.
+
+    A window that ends now (``to_now``) takes its current day as a whole one: the day's rollup
+    rows hold its counted runs (all created before now) and its uncounted runs are counted live
+    with the whole days' ones. Its figures are those of a live count of the day, but for the
+    repeated-error flag of an error counted before an earlier run, still going then, made the
+    same error: as on every whole day, the recount of the last two days (every 15 minutes)
+    counts it repeated."""
     first = timezone.localtime(window.since).date()
     if _midnight(first) < window.since:
         first += timedelta(days=1)
     last = timezone.localtime(window.until).date()
+    if window.to_now and _midnight(last) < window.until:
+        last += timedelta(days=1)
     if first >= last:
         return [window], None, None
-    live = [replace(window, since=_midnight(first), until=_midnight(last), counted=False)]
+    live = [replace(window, since=_midnight(first), until=min(_midnight(last), window.until), counted=False)]
     if window.since < _midnight(first):
         live.append(replace(window, until=_midnight(first)))
     if _midnight(last) < window.until:

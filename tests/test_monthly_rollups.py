@@ -4,14 +4,19 @@ changed later or recounted, so a window read from whole months plus daily edges 
 the figures of the daily rows, at every kind of edge."""
 
 import importlib
+import itertools
 import random
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.apps import apps
 from django.core.management import call_command
+from django.db import connection
 from django.db.models import DateField, Sum
 from django.db.models.functions import Trunc
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from feedback import metrics, services, tasks, tool_metrics
 from feedback.metrics import Window
@@ -61,13 +66,13 @@ def ended_run(rng: random.Random, created_at: datetime, kind: str) -> Run:
 
 @pytest.fixture
 def months():
-    """Runs from 25 August to 3 December 2026 (four month boundaries), every ~14 hours, of three
+    """Runs from 25 August to 3 December 2026 (four month boundaries), every ~20 hours, of three
     kinds, counted as they end."""
     rng = random.Random(17)
     moment = datetime(2026, 8, 25, 5, tzinfo=UTC)
     while moment < datetime(2026, 12, 3, 20, tzinfo=UTC):
         ended_run(rng, moment + timedelta(minutes=rng.randrange(60)), rng.choice(KINDS))
-        moment += timedelta(hours=14)
+        moment += timedelta(hours=20)
     return rng
 
 
@@ -132,20 +137,19 @@ EDGES = [
 ]
 
 
-@pytest.mark.parametrize(("since", "until"), EDGES)
-@pytest.mark.parametrize("kind", ["", K.FILE_ANALYSIS])
-def test_a_window_of_whole_months_and_daily_edges_gives_the_daily_rows_figures(months, monkeypatch, since, until, kind):
-    window = Window(since=since, until=until, kind=kind)
-    from_months = tool_metrics.tool_stats(window)
-    assert from_months == _from_daily_rows_only(monkeypatch, window)  # exactly: the same integers
-    exact = counted_directly(window)  # and the steps themselves agree
-    assert {row["tool_name"]: (row["calls"], row["succeeded"], row["retries"]) for row in from_months} == {
-        tool: (row["calls"], row["succeeded"], row["retries"]) for tool, row in exact.items()
-    }
-    for row in from_months:
-        assert row["avg_ms"] == pytest.approx(exact[row["tool_name"]]["avg_ms"], rel=1e-12)
-        assert row["p95_ms"] == pytest.approx(exact[row["tool_name"]]["p95_ms"], rel=0.05)
-    assert {row["tool_name"] for row in from_months} <= set(TOOLS)
+def test_windows_of_whole_months_and_daily_edges_give_the_daily_rows_figures(months, monkeypatch):
+    for (since, until), kind in itertools.product(EDGES, ["", K.FILE_ANALYSIS]):
+        window = Window(since=since, until=until, kind=kind)
+        from_months = tool_metrics.tool_stats(window)
+        assert from_months == _from_daily_rows_only(monkeypatch, window)  # exactly: the same integers
+        exact = counted_directly(window)  # and the steps themselves agree
+        assert {row["tool_name"]: (row["calls"], row["succeeded"], row["retries"]) for row in from_months} == {
+            tool: (row["calls"], row["succeeded"], row["retries"]) for tool, row in exact.items()
+        }
+        for row in from_months:
+            assert row["avg_ms"] == pytest.approx(exact[row["tool_name"]]["avg_ms"], rel=1e-12)
+            assert row["p95_ms"] == pytest.approx(exact[row["tool_name"]]["p95_ms"], rel=0.05)
+        assert from_months and {row["tool_name"] for row in from_months} <= set(TOOLS)
 
 
 def test_whole_months_are_those_wholly_inside_the_days():
@@ -159,3 +163,47 @@ def test_a_year_reads_its_tools_in_a_fixed_few_queries(months, django_assert_max
     window = Window(since=datetime(2025, 12, 9, tzinfo=UTC), until=datetime(2026, 12, 9, 10, tzinfo=UTC))
     with django_assert_max_num_queries(7):  # stats and latency, months and days; three live edges
         tool_metrics.tool_stats(window)
+
+
+# --- the current day -----------------------------------------------------------------------------
+def test_a_window_to_now_reads_todays_counted_runs_from_the_rollups_with_the_same_figures(monkeypatch, reviewer):
+    """Today's counted runs come from today's rollup rows, its uncounted ones (still going, or
+    not evaluated yet) are counted live: the figures are those of a live count of the day."""
+    rng = random.Random(23)
+    now = timezone.now()
+    moments = [now - timedelta(minutes=m) for m in (1, 3, 30, 90, 300)] + [now - timedelta(days=d) for d in (1, 2, 6)]
+    for moment in moments:
+        for kind in (K.ARITHMETIC, K.GENERAL):
+            run = ended_run(rng, moment, kind)
+            Step.objects.create(run=run, index=900, kind=Step.Kind.TOOL_CALL, tool_name="calculator",
+                                error_signature=rng.choice(["a1", "b2", "c3"]), duration_ms=5)  # fmt: skip
+    for minutes in (0, 2):  # going, with tool calls and errors
+        going = make_run(created_at=now - timedelta(minutes=minutes), status=Run.Status.RUNNING)
+        add_tool_steps(going, rng, 5)
+        Step.objects.create(run=going, index=99, kind=Step.Kind.TOOL_CALL, tool_name="read_text_file",
+                            error_signature="a1", duration_ms=12)  # fmt: skip
+    make_run(created_at=now - timedelta(minutes=4), status=Run.Status.FAILED)  # ended, not evaluated yet
+    # The error steps were written past the hooks: the days recounted, today's included.
+    daily_stats_rebuild(
+        since_day=timezone.localdate(now) - timedelta(days=8), until_day=timezone.localdate(now) + timedelta(days=1)
+    )
+    services.run_add_human_score(run=Run.objects.filter(created_at__gte=now - timedelta(minutes=2)).first(),
+                                 user=reviewer, score=0.1)  # fmt: skip
+    for days, kind in ((7, ""), (1, K.GENERAL), (30, "")):
+        window = Window.last(days, kind=kind)
+        live = replace(window, to_now=False)  # the current day counted live, as before
+        assert metrics.split_window(window)[2] == timezone.localdate(window.until) + timedelta(days=1)
+        assert metrics.period_counts(window) == metrics.period_counts(live)
+        assert metrics.cost_by_kind(window) == metrics.cost_by_kind(live)
+        assert tool_metrics.tool_stats(window) == tool_metrics.tool_stats(live)
+    counts = metrics.repeated_error_summary(Window.last(7))
+    assert counts["errors"] == Step.objects.exclude(error_signature="").count() and counts["repeated"] > 0
+
+
+def test_a_window_to_now_reads_steps_only_of_the_runs_not_counted_yet(months):
+    window = Window.last(365)
+    with CaptureQueriesContext(connection) as queries:
+        metrics.period_counts(window)
+        tool_metrics.tool_stats(window)
+    read_steps = [q["sql"] for q in queries if '"feedback_step"' in q["sql"]]
+    assert read_steps and all('"counted_at" IS NULL' in sql for sql in read_steps)
