@@ -181,20 +181,32 @@ def error_steps(window: Window) -> QuerySet[Step]:
     return Step.objects.filter(run__in=window.runs()).exclude(error_signature="").annotate(is_repeated=Exists(earlier))
 
 
-def error_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> QuerySet:
+ERROR_COUNTS = ("errors", "repeated_errors", "runs_with_repeated")
+
+
+def error_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> list[dict]:
     """Per period (and ``by`` columns, with ``task_kind`` read from the run): ``errors``,
     ``repeated_errors`` and ``runs_with_repeated``."""
-    return (
+    # Grouped by the flag too, so the database evaluates it once per error (each aggregate that
+    # filtered on it would evaluate it again), and the two groups of a period are added here.
+    rows = (
         error_steps(window)
         .annotate(period=window.trunc("run__created_at"), task_kind=F("run__task_kind"))
-        .values(*by)
-        .annotate(
-            errors=Count("id"),
-            repeated_errors=Count("id", filter=Q(is_repeated=True)),
-            runs_with_repeated=Count("run", filter=Q(is_repeated=True), distinct=True),
-        )
+        .values(*by, "is_repeated")
+        .annotate(errors=Count("id"), runs=Count("run", distinct=True))
         .order_by()
     )
+    found: dict[tuple, dict] = {}
+    for row in rows:
+        key = tuple(row[name] for name in by)
+        counts = found.get(key)
+        if counts is None:
+            counts = found[key] = {name: row[name] for name in by} | dict.fromkeys(ERROR_COUNTS, 0)
+        counts["errors"] += row["errors"]
+        if row["is_repeated"]:
+            counts["repeated_errors"] += row["errors"]
+            counts["runs_with_repeated"] += row["runs"]
+    return list(found.values())
 
 
 def _period_key(value: date | datetime) -> date:
