@@ -100,13 +100,20 @@ def previous_generation(path: Path, runs: int) -> Result | None:
     return Result("history", f"{measure} (database reused from an earlier run)", value, "s", note="one year, seed 7")
 
 
+def failed(benchmark: str, measure: str, exc: BaseException) -> Result:
+    """The row of a benchmark, or of one of its measures, that broke: FAILED, with its error."""
+    traceback.print_exception(exc)
+    return Result(benchmark, measure, None, "", note=f"FAILED: {type(exc).__name__}: {exc}"[:200])
+
+
 def guard(name: str, bench: Callable[[], list[Result]]) -> list[Result]:
-    """A benchmark that breaks is reported as broken, and the others still run."""
+    """A benchmark that breaks is reported as broken, and the others still run. A benchmark of
+    several measures guards each one itself (bench/dashboard.py: per family of pages), so one
+    that breaks leaves the others' figures in the table."""
     try:
         return bench()
     except Exception as exc:
-        traceback.print_exc()
-        return [Result(name, "FAILED", None, "", note=f"{type(exc).__name__}: {exc}"[:200])]
+        return [failed(name, "FAILED", exc)]
 
 
 def _fmt(value: float | None) -> str:

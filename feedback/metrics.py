@@ -33,6 +33,8 @@ from feedback.models import (
     DailyToolLatency,
     DailyToolStats,
     Evaluation,
+    MonthlyToolLatency,
+    MonthlyToolStats,
     Run,
     Step,
     StrategyEvent,
@@ -55,14 +57,19 @@ class Window:
     counted: bool | None = None
     # One run alone: its own figures, as the rollups add them.
     run_id: int | None = None
+    # The window ends now: no run was created after ``until``, so the current day's rollup rows
+    # hold the current day's counted runs of the window, and only its uncounted ones are counted
+    # live (see split_window).
+    to_now: bool = False
 
     @classmethod
     def last(cls, days: int, *, kind: str = "", granularity: str = "day") -> "Window":
         """From the midnight ``days`` days ago until now: the first period is a whole day (as
-        its bar on the chart suggests), and it comes from the rollups instead of a live count."""
+        its bar on the chart suggests), and it comes from the rollups instead of a live count;
+        so does the current day's counted runs (``to_now``)."""
         until = timezone.now()
         since = _midnight(timezone.localtime(until - timedelta(days=days)).date())
-        return cls(since=since, until=until, kind=kind, granularity=granularity)
+        return cls(since=since, until=until, kind=kind, granularity=granularity, to_now=True)
 
     @classmethod
     def of_run(cls, run: Run) -> "Window":
@@ -174,20 +181,32 @@ def error_steps(window: Window) -> QuerySet[Step]:
     return Step.objects.filter(run__in=window.runs()).exclude(error_signature="").annotate(is_repeated=Exists(earlier))
 
 
-def error_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> QuerySet:
+ERROR_COUNTS = ("errors", "repeated_errors", "runs_with_repeated")
+
+
+def error_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> list[dict]:
     """Per period (and ``by`` columns, with ``task_kind`` read from the run): ``errors``,
     ``repeated_errors`` and ``runs_with_repeated``."""
-    return (
+    # Grouped by the flag too, so the database evaluates it once per error (each aggregate that
+    # filtered on it would evaluate it again), and the two groups of a period are added here.
+    rows = (
         error_steps(window)
         .annotate(period=window.trunc("run__created_at"), task_kind=F("run__task_kind"))
-        .values(*by)
-        .annotate(
-            errors=Count("id"),
-            repeated_errors=Count("id", filter=Q(is_repeated=True)),
-            runs_with_repeated=Count("run", filter=Q(is_repeated=True), distinct=True),
-        )
+        .values(*by, "is_repeated")
+        .annotate(errors=Count("id"), runs=Count("run", distinct=True))
         .order_by()
     )
+    found: dict[tuple, dict] = {}
+    for row in rows:
+        key = tuple(row[name] for name in by)
+        counts = found.get(key)
+        if counts is None:
+            counts = found[key] = {name: row[name] for name in by} | dict.fromkeys(ERROR_COUNTS, 0)
+        counts["errors"] += row["errors"]
+        if row["is_repeated"]:
+            counts["repeated_errors"] += row["errors"]
+            counts["runs_with_repeated"] += row["runs"]
+    return list(found.values())
 
 
 def _period_key(value: date | datetime) -> date:
@@ -210,14 +229,23 @@ def split_window(window: Window) -> tuple[list[Window], date | None, date | None
     """The whole days ``[first, last)`` the rollups answer for, and what is counted live: the
     partial edges, and the whole days' runs that are not in the rollups yet (those still going
     or not evaluated yet: a few, found by a partial index). ``first`` is None when the window
-    holds no whole day."""
+    holds no whole day.
+
+    A window that ends now (``to_now``) takes its current day as a whole one: the day's rollup
+    rows hold its counted runs (all created before now) and its uncounted runs are counted live
+    with the whole days' ones. Its figures are those of a live count of the day, but for the
+    repeated-error flag of an error counted before an earlier run, still going then, made the
+    same error: as on every whole day, the recount of the last two days (every 15 minutes)
+    counts it repeated."""
     first = timezone.localtime(window.since).date()
     if _midnight(first) < window.since:
         first += timedelta(days=1)
     last = timezone.localtime(window.until).date()
+    if window.to_now and _midnight(last) < window.until:
+        last += timedelta(days=1)
     if first >= last:
         return [window], None, None
-    live = [replace(window, since=_midnight(first), until=_midnight(last), counted=False)]
+    live = [replace(window, since=_midnight(first), until=min(_midnight(last), window.until), counted=False)]
     if window.since < _midnight(first):
         live.append(replace(window, until=_midnight(first)))
     if _midnight(last) < window.until:
@@ -231,6 +259,35 @@ def whole_days(
     """The rollup rows of the window's whole days ``[first, last)``, of its kind if it has one."""
     rollups = model.objects.filter(day__gte=first, day__lt=last)
     return rollups.filter(task_kind=window.kind) if window.kind else rollups
+
+
+def whole_months(first: date, last: date) -> tuple[date, date] | None:
+    """The calendar months ``[start, end)`` (first days of months) that lie wholly inside the
+    days ``[first, last)``, or None when no month does."""
+    start = first if first.day == 1 else (first.replace(day=28) + timedelta(days=4)).replace(day=1)
+    end = last.replace(day=1)
+    return (start, end) if start < end else None
+
+
+def whole_periods(
+    daily: type[DailyToolStats | DailyToolLatency],
+    monthly: type[MonthlyToolStats | MonthlyToolLatency],
+    window: Window,
+    first: date,
+    last: date,
+) -> list[QuerySet]:
+    """The rollup rows that hold the window's whole days ``[first, last)`` (of its kind, if it
+    has one): the monthly rows of the whole months among them, and the daily rows of the days
+    before and after those. Monthly rows are sums of daily ones (feedback/rollups.py), so both
+    give the same figures; a year reads ~12 monthly rows and at most ~60 days' rows per key."""
+    months = whole_months(first, last)
+    if months is None:
+        return [whole_days(daily, window, first, last)]
+    rows = monthly.objects.filter(month__gte=months[0], month__lt=months[1])
+    days = daily.objects.filter(Q(day__gte=first, day__lt=months[0]) | Q(day__gte=months[1], day__lt=last))
+    if window.kind:
+        rows, days = rows.filter(task_kind=window.kind), days.filter(task_kind=window.kind)
+    return [rows, days] if (first, last) != months else [rows]
 
 
 def period_counts(window: Window) -> list[dict]:

@@ -1,4 +1,5 @@
-"""The daily rollups behind the metrics: DailyRunStats, DailyToolStats and DailyToolLatency.
+"""The rollups behind the metrics: DailyRunStats, DailyToolStats and DailyToolLatency, and the
+monthly sums of the tool rows (MonthlyToolStats, MonthlyToolLatency) that long windows read.
 
 A row holds the sum of the figures of its day's *counted* runs: a run is counted once it has
 ended (``rollup_add``: after its evaluation, or at its cancel), and a later change to a counted
@@ -12,11 +13,18 @@ day, always a partial one, is counted live.
 beat does it for the last two days every 15 minutes (the safety net: say an earlier run's error
 made this run's error a repeated one), and ``manage.py rebuild_daily_stats`` for any range.
 
-Additions commute (F() increments), so they only exclude a recount of their day: on PostgreSQL
-they hold the day's advisory lock shared and a recount holds it exclusively; SQLite has one
+A monthly row is always the sum of its month's daily rows: an addition adds the same figures to
+the day's rows and to the month's, and a recount of days recounts their months from the daily
+rows (``monthly_stats_rebuild``), in the same transaction.
+
+Additions commute (F() increments), so they only exclude a recount of their day and month: on
+PostgreSQL they hold the day's and the month's advisory locks shared, and a recount holds its
+days' exclusively, then its months' (always in that order: days before months); SQLite has one
 writer at a time.
 """
 
+import functools
+import operator
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -25,11 +33,18 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Model
+from django.db.models import Case, DateField, F, Model, Q, Sum, Value, When
+from django.db.models.functions import Trunc
 from django.utils import timezone
 
 from feedback import metrics, tool_metrics
-from feedback.models import DailyRunStats, DailyToolLatency, DailyToolStats, Run
+from feedback.models import DailyRunStats, DailyToolLatency, DailyToolStats, MonthlyToolLatency, MonthlyToolStats, Run
+
+# Each monthly table, the daily one it adds up, their key beside the period and their counts.
+MONTHLY = (
+    (MonthlyToolStats, DailyToolStats, ("task_kind", "tool_name"), MonthlyToolStats.COUNTS),
+    (MonthlyToolLatency, DailyToolLatency, ("task_kind", "tool_name", "bucket"), ("calls",)),
+)
 
 
 @dataclass
@@ -129,11 +144,27 @@ def _day_of(run: Run) -> date:
     return timezone.localtime(run.created_at).date()
 
 
-def _lock_day(day: date, *, shared: bool) -> None:
+def _lock(name: str, *, shared: bool) -> None:
     if connection.vendor == "postgresql":
         kind = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {kind}(%s)", [zlib.crc32(f"daily-stats:{day}".encode())])
+            cursor.execute(f"SELECT {kind}(%s)", [zlib.crc32(name.encode())])
+
+
+def _lock_day(day: date, *, shared: bool) -> None:
+    _lock(f"daily-stats:{day}", shared=shared)
+
+
+def _lock_month(month: date, *, shared: bool) -> None:
+    _lock(f"monthly-stats:{month:%Y-%m}", shared=shared)
+
+
+def month_of(day: date) -> date:
+    return day.replace(day=1)
+
+
+def _next_month(month: date) -> date:
+    return (month.replace(day=28) + timedelta(days=4)).replace(day=1)
 
 
 def _increment(model: type[Model], key: dict, amounts: dict) -> None:
@@ -151,14 +182,50 @@ def _increment(model: type[Model], key: dict, amounts: dict) -> None:
         model.objects.filter(**key).update(**increments)
 
 
+def _increment_all(model: type[Model], rows: list[tuple[dict, dict]]) -> None:
+    """``_increment`` of several rows of one table, in two statements when they all exist (as
+    they do but for a day's or a month's first runs): which exist, then one UPDATE that adds
+    each its own amounts. A row that existed cannot vanish meanwhile (only a recount deletes,
+    and the caller holds its day's and month's locks); a missing one is made on its own."""
+    rows = [(key, amounts) for key, amounts in rows if any(amounts.values())]
+    if len(rows) <= 1:
+        for key, amounts in rows:
+            _increment(model, key, amounts)
+        return
+    names = list(rows[0][0])
+    matching = functools.reduce(operator.or_, (Q(**key) for key, _ in rows))
+    existing = set(model.objects.filter(matching).values_list(*names))
+    found = [(key, amounts) for key, amounts in rows if tuple(key.values()) in existing]
+    for key, amounts in rows:
+        if tuple(key.values()) not in existing:
+            try:
+                with transaction.atomic():
+                    model.objects.create(**key, **amounts)
+            except IntegrityError:  # another addition made it meanwhile
+                _increment(model, key, amounts)
+    if not found:
+        return
+    counts = sorted({name for _, amounts in found for name, value in amounts.items() if value})
+    increments = {
+        name: F(name) + Case(*[When(Q(**key), then=Value(a[name])) for key, a in found if a.get(name)], default=0)
+        for name in counts
+    }
+    model.objects.filter(functools.reduce(operator.or_, (Q(**key) for key, _ in found))).update(**increments)
+
+
 def _add(day: date, kind: str, figures: Figures) -> None:
+    month = month_of(day)
     _lock_day(day, shared=True)
+    _lock_month(month, shared=True)
     _increment(DailyRunStats, {"day": day, "task_kind": kind}, figures.runs)
-    for tool, counts in figures.tools.items():
-        _increment(DailyToolStats, {"day": day, "task_kind": kind, "tool_name": tool}, counts)
-    for (tool, bucket), calls in figures.latency.items():
-        key = {"day": day, "task_kind": kind, "tool_name": tool, "bucket": bucket}
-        _increment(DailyToolLatency, key, {"calls": calls})
+    for period in ({"day": day}, {"month": month}):
+        tools = [({**period, "task_kind": kind, "tool_name": tool}, c) for tool, c in figures.tools.items()]
+        _increment_all(DailyToolStats if "day" in period else MonthlyToolStats, tools)
+        latency = [
+            ({**period, "task_kind": kind, "tool_name": tool, "bucket": bucket}, {"calls": calls})
+            for (tool, bucket), calls in figures.latency.items()
+        ]
+        _increment_all(DailyToolLatency if "day" in period else MonthlyToolLatency, latency)
 
 
 def rollup_add(*, run_id: int) -> bool:
@@ -207,7 +274,40 @@ def daily_stats_rebuild(*, since_day: date, until_day: date, kind: str = "") -> 
             ]
         for model in (DailyRunStats, DailyToolStats, DailyToolLatency):
             model.objects.bulk_create([row for row in rows if type(row) is model], batch_size=1000)
+        monthly_stats_rebuild(since_day=since_day, until_day=until_day, kind=kind)
     return len(rows)
+
+
+def monthly_stats_rebuild(*, since_day: date, until_day: date, kind: str = "") -> int:
+    """Recount the monthly rows of every month that overlaps ``[since_day, until_day)`` (of one
+    kind, or all) as the sums of their daily rows; returns the rows written. Meant to run inside
+    a recount of those days (``daily_stats_rebuild``), after it, or on its own."""
+    if since_day >= until_day:
+        return 0
+    months, month = [], month_of(since_day)
+    while month < until_day:
+        months.append(month)
+        month = _next_month(month)
+    with transaction.atomic():
+        for month in months:  # after any day lock this transaction holds, never before
+            _lock_month(month, shared=False)
+        since, until = months[0], _next_month(months[-1])
+        written = 0
+        for monthly, daily, key, counts in MONTHLY:
+            stale = monthly.objects.filter(month__gte=since, month__lt=until)
+            (stale.filter(task_kind=kind) if kind else stale).delete()
+            days = daily.objects.filter(day__gte=since, day__lt=until)
+            days = days.filter(task_kind=kind) if kind else days
+            sums = (
+                days.annotate(month=Trunc("day", "month", output_field=DateField()))
+                .values("month", *key)
+                .annotate(**{name: Sum(name) for name in counts})
+                .order_by()
+            )
+            rows = [monthly(**row) for row in sums]
+            monthly.objects.bulk_create(rows, batch_size=1000)
+            written += len(rows)
+    return written
 
 
 def rollup_add_missed(*, since_day: date, until_day: date) -> int:

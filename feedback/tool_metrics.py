@@ -1,7 +1,8 @@
 """Per-tool figures: calls, success rate, retries, average latency and latency percentiles.
 
-Whole days come from the DailyToolStats and DailyToolLatency rollups and the partial days at a
-window's edges are counted live, by the same query that counts the rollups (``tool_call_counts``;
+Whole days come from the DailyToolStats and DailyToolLatency rollups (whole months from their
+monthly sums, MonthlyToolStats and MonthlyToolLatency) and the partial days at a window's edges
+are counted live, by the same query that counts the rollups (``tool_call_counts``;
 feedback/rollups.py writes them). Percentiles come from latency histograms, which add up across
 days and kinds: the database adds them (one row per tool and bucket comes back).
 """
@@ -16,8 +17,8 @@ from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Val
 from django.db.models.functions import Cast, Floor, Ln, TruncDate
 from django.utils import timezone
 
-from feedback.metrics import Window, rate, split_window, whole_days
-from feedback.models import DailyToolLatency, DailyToolStats, Step
+from feedback.metrics import Window, rate, split_window, whole_periods
+from feedback.models import DailyToolLatency, DailyToolStats, MonthlyToolLatency, MonthlyToolStats, Step
 
 # Latency percentiles come from a histogram of ``duration_ms`` with log-scale buckets: bucket 0
 # holds 0 ms, bucket b >= 1 holds [1.05^(b-1), 1.05^b) ms. Histograms add up, so days counted
@@ -151,12 +152,13 @@ def tool_stats(window: Window) -> list[dict]:
     found: dict[str, dict] = {}
     edges, first, last = split_window(window)
     if first is not None:
-        rollups = whole_days(DailyToolStats, window, first, last)
-        sums = rollups.values("tool_name").annotate(**{c: Sum(c) for c in DailyToolStats.COUNTS}).order_by()
-        add_tool_counts(found, sums, key=itemgetter("tool_name"))
-        histograms = whole_days(DailyToolLatency, window, first, last).values("tool_name", "bucket")
-        for row in histograms.annotate(added=Sum("calls")).order_by():
-            found[row["tool_name"]]["latency"][row["bucket"]] += row["added"]
+        # Whole months from the monthly rows, the days around them from the daily ones.
+        for rollups in whole_periods(DailyToolStats, MonthlyToolStats, window, first, last):
+            sums = rollups.values("tool_name").annotate(**{c: Sum(c) for c in DailyToolStats.COUNTS}).order_by()
+            add_tool_counts(found, sums, key=itemgetter("tool_name"))
+        for rollups in whole_periods(DailyToolLatency, MonthlyToolLatency, window, first, last):
+            for row in rollups.values("tool_name", "bucket").annotate(added=Sum("calls")).order_by():
+                found[row["tool_name"]]["latency"][row["bucket"]] += row["added"]
     for edge in edges:
         add_tool_counts(found, tool_call_counts(edge), key=itemgetter("tool_name"))
     rows = [

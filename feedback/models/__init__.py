@@ -5,7 +5,7 @@ from .evaluation import Evaluation, EvaluationProfile
 from .lock import JobLock
 from .mcp import McpServer, McpToolOverride
 from .run import AppliedStrategy, Run
-from .stats import DailyRunStats, DailyToolLatency, DailyToolStats
+from .stats import DailyRunStats, DailyToolLatency, DailyToolStats, MonthlyToolLatency, MonthlyToolStats
 from .step import Step, StepAttempt
 from .strategy import Strategy, StrategyEvent, StrategyVersion
 from .task import Task, Workspace
@@ -29,6 +29,8 @@ __all__ = [
     "McpServer",
     "McpToolOverride",
     "ModelPrice",
+    "MonthlyToolLatency",
+    "MonthlyToolStats",
     "Run",
     "Step",
     "StepAttempt",

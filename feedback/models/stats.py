@@ -101,3 +101,51 @@ class DailyToolLatency(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.task_kind} {self.tool_name} bucket {self.bucket}: {self.calls} calls"
+
+
+class MonthlyToolStats(models.Model):
+    """DailyToolStats added up over a calendar month (``month`` is its first day), so a long window
+    reads a dozen rows per kind and tool for its whole months and the daily rows only for the
+    days at its edges. A row is always the sum of its month's daily rows: a run's figures are
+    added to both at once (feedback/rollups.py), and a recount of days recounts their months
+    from the daily rows."""
+
+    month = models.DateField()
+    task_kind = models.CharField(max_length=32, choices=Task.Kind.choices)
+    tool_name = models.CharField(max_length=100)
+    calls = models.PositiveIntegerField(default=0)
+    succeeded = models.PositiveIntegerField(default=0)
+    retries = models.PositiveIntegerField(default=0)
+    timed = models.PositiveIntegerField(default=0)
+    duration_sum = models.PositiveBigIntegerField(default=0)
+
+    COUNTS = DailyToolStats.COUNTS
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["month", "task_kind", "tool_name"], name="monthly_tool_stats_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.month:%Y-%m} {self.task_kind} {self.tool_name}: {self.calls} calls"
+
+
+class MonthlyToolLatency(models.Model):
+    """DailyToolLatency added up over a calendar month, like MonthlyToolStats: a year of one
+    tool's histogram is ~12 x buckets rows per kind instead of ~365 x buckets."""
+
+    month = models.DateField()
+    task_kind = models.CharField(max_length=32, choices=Task.Kind.choices)
+    tool_name = models.CharField(max_length=100)
+    bucket = models.PositiveSmallIntegerField()
+    calls = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["month", "task_kind", "tool_name", "bucket"], name="monthly_tool_latency_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.month:%Y-%m} {self.task_kind} {self.tool_name} bucket {self.bucket}: {self.calls} calls"
