@@ -104,7 +104,7 @@ def _window_runs(since: datetime) -> QuerySet[Run]:
     return Run.objects.all() if since == BEGINNING else Run.objects.filter(created_at__gte=since)
 
 
-# Rows of a run's steps or evaluations are bounded by the window twice: by a semi-join on the
+# Rows of a run's steps read by run (evidence, remedies) are bounded by the window twice: by a semi-join on the
 # run ids the window's creation times select (an index range scan of run_recent), which lets
 # PostgreSQL read those runs' rows by their run index (nested loops), and by the joined run's own
 # created_at, so that join reads the window's runs by the index too. Bounded by the join alone,
@@ -114,12 +114,6 @@ def _window_steps(since: datetime) -> QuerySet[Step]:
     if since == BEGINNING:
         return Step.objects.all()
     return Step.objects.filter(run_id__in=_window_runs(since).values("id"), run__created_at__gte=since)
-
-
-def _window_evaluations(since: datetime) -> QuerySet[Evaluation]:
-    if since == BEGINNING:
-        return Evaluation.objects.all()
-    return Evaluation.objects.filter(run_id__in=_window_runs(since).values("id"), run__created_at__gte=since)
 
 
 # The grouping scans of mine() (each step or evaluation of the window once, grouped) are bounded
