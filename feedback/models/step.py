@@ -62,6 +62,24 @@ class Step(models.Model):
                 name="step_error_signature",
                 condition=~models.Q(error_signature=""),
             ),
+            # The mining job (feedback/strategies/): index-only scans of the steps it groups, where
+            # it walked the whole step table (a year of a million runs: ten million steps).
+            # A run's tool calls in order, for the tool-call sequences.
+            models.Index(
+                fields=["run", "index", "tool_name"], name="step_mining_calls", condition=models.Q(kind="tool_call")
+            ),
+            # The failed tool calls' errors, for the error signatures.
+            models.Index(
+                fields=["error_signature", "tool_name", "error_class", "run"],
+                name="step_mining_errors",
+                condition=models.Q(kind="tool_call", success=False) & ~models.Q(error_signature=""),
+            ),
+            # The model's replies the loop could not use, for the malformed replies (replies.py).
+            models.Index(
+                fields=["run"],
+                name="step_mining_replies",
+                condition=models.Q(error_class__in=["MalformedReply", "EmptyReply", "InvalidToolCall"]),
+            ),
         ]
 
     def __str__(self) -> str:

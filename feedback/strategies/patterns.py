@@ -89,6 +89,13 @@ def _succeeding(prefix: str = "") -> Q:
     )
 
 
+def _counted(prefix: str = "") -> Q:
+    """The runs a contrast counts, failing or succeeding: the others add to neither count, so the
+    scans leave them (and their steps) out before they group. A group that only they show has no
+    failing run, below any STRATEGY_MIN_SUPPORT of at least one, and was never a pattern."""
+    return _failing(prefix) | _succeeding(prefix)
+
+
 def _keep(pattern: Pattern) -> bool:
     return pattern.failing_with >= settings.STRATEGY_MIN_SUPPORT and pattern.lift >= settings.STRATEGY_MIN_LIFT
 
@@ -97,7 +104,7 @@ def _window_runs(since: datetime) -> QuerySet[Run]:
     return Run.objects.all() if since == BEGINNING else Run.objects.filter(created_at__gte=since)
 
 
-# Rows of a run's steps or evaluations are bounded by the window twice: by a semi-join on the
+# Rows of a run's steps read by run (evidence, remedies) are bounded by the window twice: by a semi-join on the
 # run ids the window's creation times select (an index range scan of run_recent), which lets
 # PostgreSQL read those runs' rows by their run index (nested loops), and by the joined run's own
 # created_at, so that join reads the window's runs by the index too. Bounded by the join alone,
@@ -109,10 +116,17 @@ def _window_steps(since: datetime) -> QuerySet[Step]:
     return Step.objects.filter(run_id__in=_window_runs(since).values("id"), run__created_at__gte=since)
 
 
-def _window_evaluations(since: datetime) -> QuerySet[Evaluation]:
-    if since == BEGINNING:
-        return Evaluation.objects.all()
-    return Evaluation.objects.filter(run_id__in=_window_runs(since).values("id"), run__created_at__gte=since)
+# The grouping scans of mine() (each step or evaluation of the window once, grouped) are bounded
+# by the join alone: they read their rows from an index of the kind's own (step_mining_*, an
+# index-only scan for the errors) or the whole evaluation table, and hash-join the window's runs,
+# where the semi-join above only added a probe of the run index for each row (for a year at a
+# million runs, 2.3 s of the error signatures' 4.1 s).
+def _grouped_steps(since: datetime) -> QuerySet[Step]:
+    return Step.objects.all() if since == BEGINNING else Step.objects.filter(run__created_at__gte=since)
+
+
+def _grouped_evaluations(since: datetime) -> QuerySet[Evaluation]:
+    return Evaluation.objects.all() if since == BEGINNING else Evaluation.objects.filter(run__created_at__gte=since)
 
 
 def _failing_steps_contrast() -> dict:

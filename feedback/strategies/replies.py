@@ -16,6 +16,7 @@ from .patterns import (
     Pattern,
     _failing,
     _failing_steps_contrast,
+    _grouped_steps,
     _keep,
     _pattern,
     _succeeding,
@@ -72,8 +73,9 @@ def reply_failure(*, error_class: str, error: str, tool_call_id: str = "") -> tu
 
 
 def _reply_steps(since: datetime) -> QuerySet[Step]:
+    # From the step_mining_replies index: the few steps of these error classes.
     return (
-        _window_steps(since)
+        _grouped_steps(since)
         .filter(kind__in=[Step.Kind.MODEL_ERROR, Step.Kind.TOOL_CALL], error_class__in=[MALFORMED, EMPTY, INVALID_CALL])
         .annotate(failure=REPLY_FAILURE, mode=REPLY_MODE)
         .exclude(failure="")
