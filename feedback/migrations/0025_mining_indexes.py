@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('feedback', '0023_run_list_score_indexes'),
+        ('feedback', '0024_monthly_tool_rollups'),
     ]
 
     operations = [
