@@ -129,11 +129,16 @@ class AgentLoop:
             return f"Time limit reached ({settings.AGENT_MAX_SECONDS} s) without a final answer."
         return ""
 
-    def _finish(self, status: str, *, output: str = "", error: str = "") -> None:
+    def _finish(self, status: str, *, output: str = "", error: str = "", step: dict | None = None) -> None:
+        """End the run; ``step``: the fields of its last step, written with its end (one transaction)."""
         release_run(self.run.pk)  # before the run shows as ended: nothing of it runs after that
         # The loop is the plan's only writer: this is the stored one.
         plan = _plan_at_end(self.run.plan or [], status)
-        self.record.update_run(status=status, final_output=output, error=error, finished_at=timezone.now(), plan=plan)
+        ends = {"status": status, "final_output": output, "error": error, "finished_at": timezone.now(), "plan": plan}
+        if step is None:
+            self.record.update_run(**ends)
+        else:
+            self.record.step(**step, ends=ends)
         # The run id in the message itself: Celery's worker log format drops the context filter.
         logger.info("run %s finished: %s %s", self.run.pk, status, error)
         queue.run_evaluate(self.run.pk)
@@ -172,19 +177,19 @@ class AgentLoop:
             current_step.set(None)
             reply, attempts, error = complete_with_retries(self.model, history.messages(), specs)
             if error is not None:
-                self.record.step(
-                    tries=attempts, turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
-                    error=str(error), error_class="LLMError",
-                    thought=f"The model call failed after {len(attempts)} attempt(s): {error}",
-                )  # fmt: skip
                 return self._finish(
                     Run.Status.FAILED,
                     error=f"The model could not be reached after {len(attempts)} attempt(s): {error}",
-                )
+                    step=dict(
+                        tries=attempts, turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
+                        error=str(error), error_class="LLMError",
+                        thought=f"The model call failed after {len(attempts)} attempt(s): {error}",
+                    ),
+                )  # fmt: skip
             if reply.malformed or (not reply.tool_calls and not reply.content.strip()):
                 model_errors += 1
                 problem = reply.malformed or "Your last reply was empty."
-                self.record.step(
+                step = dict(
                     tries=_with_success(attempts), turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
                     error=problem, error_class="MalformedReply" if reply.malformed else "EmptyReply",
                     thought=f"{problem} Call a tool, or give the final answer.",
@@ -193,16 +198,20 @@ class AgentLoop:
                 )  # fmt: skip
                 if model_errors >= MAX_CONSECUTIVE_MODEL_ERRORS:
                     return self._finish(
-                        Run.Status.FAILED, error=f"The model gave {model_errors} unusable replies in a row."
+                        Run.Status.FAILED, error=f"The model gave {model_errors} unusable replies in a row.", step=step
                     )
+                self.record.step(**step)
                 continue
             model_errors = 0
             if not reply.tool_calls:
-                self.record.step(
-                    tries=_with_success(attempts), turn=turn, kind=Step.Kind.FINAL, thought=reply.content,
-                    success=True, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
+                return self._finish(
+                    Run.Status.SUCCEEDED,
+                    output=reply.content,
+                    step=dict(
+                        tries=_with_success(attempts), turn=turn, kind=Step.Kind.FINAL, thought=reply.content,
+                        success=True, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
+                    ),
                 )  # fmt: skip
-                return self._finish(Run.Status.SUCCEEDED, output=reply.content)
             failed = self._act(turn, reply, attempts)
             reflection = reflect(self.record.steps, failed)
             if reflection is not None:
@@ -241,16 +250,21 @@ class AgentLoop:
         for call in pooled:
             if decisions[call.id].refusal:
                 outcomes[call.id] = _refused(call, decisions[call.id].refusal, "GuardrailRefused")
-        steps = []
+        # In call order; the outcomes that came together are written together (one transaction),
+        # an engine call's step after the steps before it.
+        steps: list[Step] = []
+        together: list[tuple[ToolCall, Outcome, str, dict[str, int]]] = []
         for call in reply.tool_calls:
             if call in waiting:
                 continue
             if call in engine:
+                steps += self.record.tool_calls(turn, together)
+                together = []
                 steps.append(self._engine_call(turn, call, tokens))
             else:
-                note = " ".join(decisions[call.id].notes)
-                steps.append(self.record.tool_call(turn, call, outcomes[call.id], note=note, **tokens))
+                together.append((call, outcomes[call.id], " ".join(decisions[call.id].notes), tokens))
             tokens = {}
+        steps += self.record.tool_calls(turn, together)
         if waiting:
             self._ask_for_confirmation(turn, waiting)
         return [s for s in steps if s.success is False]
