@@ -321,3 +321,31 @@ def test_the_heartbeat_keeps_the_lease_alive(settings):
     finally:
         heartbeat.stop()
         heartbeat.join(5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_whose_commit_was_not_acknowledged_is_found_not_written_twice(monkeypatch):
+    from django.db import OperationalError
+
+    from feedback.agent import recorder
+
+    monkeypatch.setattr(recorder, "DB_RETRY_SECONDS", 0)
+    run = make_run(status=Run.Status.RUNNING, worker=LEASE)
+    record = Recorder(run, LEASE)
+    record.start_fresh()
+    write = Recorder._write_steps
+    calls = []
+
+    def committed_then_dropped(self, pending, run_fields):
+        calls.append(1)
+        write(self, pending, run_fields)
+        if len(calls) == 1:
+            raise OperationalError("server closed the connection unexpectedly")  # after the COMMIT
+        raise AssertionError("written again")
+
+    monkeypatch.setattr(Recorder, "_write_steps", committed_then_dropped)
+    entries = [([], {"turn": 1, "kind": Step.Kind.TOOL_CALL, "tool_name": n}) for n in ("a", "b")]
+    steps = record.write(entries, ends={"status": Run.Status.SUCCEEDED})
+    assert [(s.index, s.tool_name) for s in steps] == [(0, "a"), (1, "b")] and all(s.pk for s in steps)
+    assert list(run.steps.order_by("index").values_list("tool_name", flat=True)) == ["a", "b"]
+    assert (record.step_count, record.run.status) == (2, Run.Status.SUCCEEDED)
