@@ -169,7 +169,7 @@ def test_the_steps_of_a_turn_and_the_run_s_end_are_written_in_one_transaction(ru
                 {"turn": 1, "kind": Step.Kind.TOOL_CALL, "tool_name": "b", "success": False})]  # fmt: skip
     # BEGIN, the run's row under the lease, the steps, their attempts, COMMIT.
     with django_assert_num_queries(5):
-        steps = record.write(entries, ends={"status": Run.Status.FAILED, "error": "mail ann@example.com"})
+        steps = record.write(entries, run_fields={"status": Run.Status.FAILED, "error": "mail ann@example.com"})
     assert [s.index for s in steps] == [1, 2] and record.step_count == 3
     stored = Run.objects.get(pk=run.pk)
     assert (stored.step_count, stored.tokens_in, stored.status) == (3, 3, Run.Status.FAILED)
@@ -345,7 +345,7 @@ def test_a_write_whose_commit_was_not_acknowledged_is_found_not_written_twice(mo
 
     monkeypatch.setattr(Recorder, "_write_steps", committed_then_dropped)
     entries = [([], {"turn": 1, "kind": Step.Kind.TOOL_CALL, "tool_name": n}) for n in ("a", "b")]
-    steps = record.write(entries, ends={"status": Run.Status.SUCCEEDED})
+    steps = record.write(entries, run_fields={"status": Run.Status.SUCCEEDED})
     assert [(s.index, s.tool_name) for s in steps] == [(0, "a"), (1, "b")] and all(s.pk for s in steps)
     assert list(run.steps.order_by("index").values_list("tool_name", flat=True)) == ["a", "b"]
     assert (record.step_count, record.run.status) == (2, Run.Status.SUCCEEDED)

@@ -138,7 +138,7 @@ class AgentLoop:
         if step is None:
             self.record.update_run(**ends)
         else:
-            self.record.step(**step, ends=ends)
+            self.record.step(**step, run_fields=ends)
         # The run id in the message itself: Celery's worker log format drops the context filter.
         logger.info("run %s finished: %s %s", self.run.pk, status, error)
         queue.run_evaluate(self.run.pk)
@@ -215,10 +215,11 @@ class AgentLoop:
             failed = self._act(turn, reply, attempts)
             reflection = reflect(self.record.steps, failed)
             if reflection is not None:
-                self.record.step(turn=turn, kind=Step.Kind.REFLECTION, thought=reflection.text)
-                self._mark_plan_failed()
+                step = dict(turn=turn, kind=Step.Kind.REFLECTION, thought=reflection.text)
                 if reflection.give_up:
-                    return self._finish(Run.Status.FAILED, error=reflection.give_up)
+                    # The plan's item in progress fails with the run (_plan_at_end).
+                    return self._finish(Run.Status.FAILED, error=reflection.give_up, step=step)
+                self.record.step(**step, run_fields=self._plan_failed())
 
     def _act(self, turn: int, reply: LLMReply, llm_attempts: list) -> list[Step]:
         # The model call's tokens (and so its cost) go on the turn's first step: its thought, or
@@ -329,13 +330,15 @@ class AgentLoop:
         )
         return Run.objects.create(task=task, task_kind=task.kind, parent=self.run)
 
-    def _mark_plan_failed(self) -> None:
+    def _plan_failed(self) -> dict:
+        """The run's plan with its item in progress failed (written with the reflection that
+        says why), or nothing when no item is in progress."""
         plan = [dict(item) for item in self.run.plan or []]
         for item in plan:
             if item.get("status") == "in_progress":
                 item["status"] = "failed"
-                self.record.update_run(plan=plan)
-                return
+                return {"plan": plan}
+        return {}
 
     # --- confirmations of sensitive calls ---------------------------------------------------
     def _needs_confirmation(self, call: ToolCall) -> bool:

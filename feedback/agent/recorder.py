@@ -9,8 +9,8 @@ connection (``retrying``).
 
 What the loop needs to know at each turn costs no query of its own: the cancel flag is read by
 the write's own UPDATE (one that requires it unset, then, only if that found no row, one that
-does not), and the steps of a turn written together, with the run's end when it ends the run,
-share one transaction (a BEGIN, the UPDATE, the INSERTs, a COMMIT).
+does not), and the steps of a turn written together, with what they change in the run's row
+(its end, its plan), share one transaction (a BEGIN, the UPDATE, the INSERTs, a COMMIT).
 """
 
 import logging
@@ -178,12 +178,15 @@ class Recorder:
         else:
             raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
 
-    def step(self, tries: list[Attempt] | list[LLMAttempt] = (), *, ends: dict | None = None, **fields: Any) -> Step:
-        """Write the next step; ``tries`` are its attempt rows (tool or model call). ``ends``: the
-        run's row as the step ends it (status, answer...), written in the same transaction."""
-        return self.write([(tries, fields)], ends=ends)[0]
+    def step(
+        self, tries: list[Attempt] | list[LLMAttempt] = (), *, run_fields: dict | None = None, **fields: Any
+    ) -> Step:
+        """Write the next step; ``tries`` are its attempt rows (tool or model call). ``run_fields``:
+        what the step changes in the run's row (its end: status, answer; its plan), written in the
+        same transaction."""
+        return self.write([(tries, fields)], run_fields=run_fields)[0]
 
-    def write(self, entries: list[tuple[list, dict[str, Any]]], *, ends: dict | None = None) -> list[Step]:
+    def write(self, entries: list[tuple[list, dict[str, Any]]], *, run_fields: dict | None = None) -> list[Step]:
         """Write the next steps, each ``(tries, fields)`` as for ``step``, in one transaction: the
         steps of a turn that nothing happens between (its tool calls' outcomes, come together)."""
         if self.step_count is None:
@@ -199,17 +202,17 @@ class Recorder:
             pending.append((step, [StepAttempt(**_attempt_fields(a)) for a in _kept_attempts(tries)]))
             index, tokens_in, tokens_out = index + 1, tokens_in + step.tokens_in, tokens_out + step.tokens_out
             cost = _added(cost, step.cost)
-        run_fields = {"step_count": index, "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost}
-        ended = self._masked_run_fields(ends or {})
+        counters = {"step_count": index, "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost}
+        changed = self._masked_run_fields(run_fields or {})
         first = pending[0][0].index
         steps = retrying(
-            lambda: self._write_steps(pending, {**run_fields, **ended}),
+            lambda: self._write_steps(pending, {**counters, **changed}),
             what="writing a step",
             # The steps as stored, when the transaction committed although its acknowledgement was lost.
             recover=lambda: list(self.run.steps.filter(index__gte=first).order_by("index")) or None,
         )
         self.step_count, self.tokens_in, self.tokens_out, self.cost = index, tokens_in, tokens_out, cost
-        for name, value in ended.items():
+        for name, value in changed.items():
             setattr(self.run, name, value)
         current_step.set(steps[-1].index)
         if self.steps is not None:
