@@ -284,12 +284,12 @@ class AgentLoop:
 
     def _engine_call(self, turn: int, call: ToolCall, tokens: dict[str, int]) -> Step:
         outcome = invoke(call.name, call.arguments, self.context, self.tools)
-        if outcome.ok and call.name == "update_plan":
-            self.record.update_run(plan=outcome.result["steps"])
+        # A new plan is written with the step of the call that made it.
+        plan = {"plan": outcome.result["steps"]} if outcome.ok and call.name == "update_plan" else None
         child = None
         if outcome.ok and call.name == "delegate":
             child, outcome = self._delegate(call, outcome)
-        step = self.record.tool_call(turn, call, outcome, **tokens)
+        step = self.record.tool_call(turn, call, outcome, run_fields=plan, **tokens)
         if child is not None:
             retrying(lambda: Run.objects.filter(pk=child.pk).update(parent_step=step), what="linking a sub-agent run")
         return step

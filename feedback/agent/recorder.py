@@ -236,10 +236,13 @@ class Recorder:
             StepAttempt.objects.bulk_create(attempts)
         return steps
 
-    def tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str = "", **tokens: int) -> Step:
-        """The call's step; ``tokens``: the model call's, when this is the first step of its turn."""
+    def tool_call(
+        self, turn: int, call: ToolCall, outcome: Outcome, note: str = "", run_fields: dict | None = None, **tokens: int
+    ) -> Step:
+        """The call's step; ``tokens``: the model call's, when this is the first step of its turn;
+        ``run_fields``: as for ``step``."""
         try:
-            return self._tool_call(turn, call, outcome, note, tokens)
+            return self._tool_call(turn, call, outcome, note, tokens, run_fields)
         except (ValueError, TypeError, RecursionError) as exc:
             # Arguments or a result no JSON column can hold (nested a thousand deep, say) fail the
             # call, not the run: the model reads why; the step keeps the call as the model wrote it.
@@ -249,7 +252,7 @@ class Recorder:
                 error=f"The call could not be recorded ({type(exc).__name__}: {str(exc)[:200]}).",
                 error_class="UnrecordableCall",
             )  # fmt: skip
-            return self._tool_call(turn, call, unrecordable, note, tokens)
+            return self._tool_call(turn, call, unrecordable, note, tokens, run_fields)
 
     def tool_calls(self, turn: int, calls: list[tuple[ToolCall, Outcome, str, dict[str, int]]]) -> list[Step]:
         """The steps of calls of one turn whose outcomes came together, ``(call, outcome, note,
@@ -261,9 +264,11 @@ class Recorder:
                 pass  # one of them cannot be recorded as it is: each on its own, so only that one fails
         return [self.tool_call(turn, call, outcome, note, **tokens) for call, outcome, note, tokens in calls]
 
-    def _tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str, tokens: dict[str, int]) -> Step:
+    def _tool_call(
+        self, turn: int, call: ToolCall, outcome: Outcome, note: str, tokens: dict[str, int], run_fields: dict | None
+    ) -> Step:
         tries, fields = _tool_call_entry(turn, call, outcome, note, tokens)
-        return self.step(tries, **fields)
+        return self.step(tries, run_fields=run_fields, **fields)
 
     def _run_price(self) -> "costs.Price | None":
         if self._price is _Unread:
