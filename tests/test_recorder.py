@@ -142,15 +142,39 @@ def test_a_run_that_is_no_longer_running_takes_no_step(run):
     assert not run.steps.exists()
 
 
-def test_each_turn_reads_the_cancel_flag_once(run, django_assert_num_queries):
+def test_a_turn_learns_of_a_cancel_from_its_own_writes(run, django_assert_num_queries):
     record = Recorder(run, LEASE)
     record.start_fresh()
-    with django_assert_num_queries(1):
+    with django_assert_num_queries(1):  # nothing written yet: read
         assert record.progress() == (0, False)
     record.step(turn=1, kind=Step.Kind.THOUGHT, thought="x")
-    Run.objects.filter(pk=run.pk).update(cancel_requested=True)  # while the turn ran
+    with django_assert_num_queries(0):  # the step's own UPDATE read the flag
+        assert record.progress() == (1, False)
+    Run.objects.filter(pk=run.pk).update(cancel_requested=True)  # while the next turn ran
+    record.step(turn=2, kind=Step.Kind.THOUGHT, thought="y")  # written all the same: it happened
+    with django_assert_num_queries(0):
+        assert record.progress() == (2, True)
+    # A turn that wrote nothing since the last check reads the flag again.
     with django_assert_num_queries(1):
-        assert record.progress() == (1, True)
+        assert record.progress() == (2, True)
+    assert list(run.steps.values_list("thought", flat=True)) == ["x", "y"]
+
+
+def test_the_steps_of_a_turn_and_the_run_s_end_are_written_in_one_transaction(run, django_assert_num_queries):
+    record = Recorder(run, LEASE)
+    record.start_fresh()
+    record.step(turn=1, kind=Step.Kind.THOUGHT, thought="first")  # and the model's price, read once a run
+    entries = [([], {"turn": 1, "kind": Step.Kind.TOOL_CALL, "tool_name": "a", "tokens_in": 3}),
+               ([Attempt(1, timezone.now(), 5, "boom", "ToolError")],
+                {"turn": 1, "kind": Step.Kind.TOOL_CALL, "tool_name": "b", "success": False})]  # fmt: skip
+    # BEGIN, the run's row under the lease, the steps, their attempts, COMMIT.
+    with django_assert_num_queries(5):
+        steps = record.write(entries, run_fields={"status": Run.Status.FAILED, "error": "mail ann@example.com"})
+    assert [s.index for s in steps] == [1, 2] and record.step_count == 3
+    stored = Run.objects.get(pk=run.pk)
+    assert (stored.step_count, stored.tokens_in, stored.status) == (3, 3, Run.Status.FAILED)
+    assert stored.error == f"mail {email_pseudonym('ann@example.com')}" == record.run.error
+    assert list(StepAttempt.objects.filter(step=steps[1]).values_list("error", flat=True)) == ["boom"]
 
 
 def test_an_unknown_field_is_refused_before_anything_is_written(run):
@@ -266,7 +290,9 @@ def test_the_reaper_waits_for_a_step_write_in_flight_and_leaves_the_run_to_its_w
     record = Recorder(run, LEASE)
     record.start_fresh()
     with transaction.atomic():
-        record._write_step(Step(run=run, index=0, turn=1, kind=Step.Kind.THOUGHT, thought="mine"), [])
+        record._write_steps(
+            [(Step(run=run, index=0, turn=1, kind=Step.Kind.THOUGHT, thought="mine"), [])], {"step_count": 1}
+        )
         # The reaper saw the run as stale (this write is not committed yet) and waits on its row.
         thread, done = _in_thread(reap_stale_runs)
         threading.Event().wait(0.5)
@@ -295,3 +321,31 @@ def test_the_heartbeat_keeps_the_lease_alive(settings):
     finally:
         heartbeat.stop()
         heartbeat.join(5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_whose_commit_was_not_acknowledged_is_found_not_written_twice(monkeypatch):
+    from django.db import OperationalError
+
+    from feedback.agent import recorder
+
+    monkeypatch.setattr(recorder, "DB_RETRY_SECONDS", 0)
+    run = make_run(status=Run.Status.RUNNING, worker=LEASE)
+    record = Recorder(run, LEASE)
+    record.start_fresh()
+    write = Recorder._write_steps
+    calls = []
+
+    def committed_then_dropped(self, pending, run_fields):
+        calls.append(1)
+        write(self, pending, run_fields)
+        if len(calls) == 1:
+            raise OperationalError("server closed the connection unexpectedly")  # after the COMMIT
+        raise AssertionError("written again")
+
+    monkeypatch.setattr(Recorder, "_write_steps", committed_then_dropped)
+    entries = [([], {"turn": 1, "kind": Step.Kind.TOOL_CALL, "tool_name": n}) for n in ("a", "b")]
+    steps = record.write(entries, run_fields={"status": Run.Status.SUCCEEDED})
+    assert [(s.index, s.tool_name) for s in steps] == [(0, "a"), (1, "b")] and all(s.pk for s in steps)
+    assert list(run.steps.order_by("index").values_list("tool_name", flat=True)) == ["a", "b"]
+    assert (record.step_count, record.run.status) == (2, Run.Status.SUCCEEDED)

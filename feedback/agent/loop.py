@@ -129,11 +129,16 @@ class AgentLoop:
             return f"Time limit reached ({settings.AGENT_MAX_SECONDS} s) without a final answer."
         return ""
 
-    def _finish(self, status: str, *, output: str = "", error: str = "") -> None:
+    def _finish(self, status: str, *, output: str = "", error: str = "", step: dict | None = None) -> None:
+        """End the run; ``step``: the fields of its last step, written with its end (one transaction)."""
         release_run(self.run.pk)  # before the run shows as ended: nothing of it runs after that
         # The loop is the plan's only writer: this is the stored one.
         plan = _plan_at_end(self.run.plan or [], status)
-        self.record.update_run(status=status, final_output=output, error=error, finished_at=timezone.now(), plan=plan)
+        ends = {"status": status, "final_output": output, "error": error, "finished_at": timezone.now(), "plan": plan}
+        if step is None:
+            self.record.update_run(**ends)
+        else:
+            self.record.step(**step, run_fields=ends)
         # The run id in the message itself: Celery's worker log format drops the context filter.
         logger.info("run %s finished: %s %s", self.run.pk, status, error)
         queue.run_evaluate(self.run.pk)
@@ -172,19 +177,19 @@ class AgentLoop:
             current_step.set(None)
             reply, attempts, error = complete_with_retries(self.model, history.messages(), specs)
             if error is not None:
-                self.record.step(
-                    tries=attempts, turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
-                    error=str(error), error_class="LLMError",
-                    thought=f"The model call failed after {len(attempts)} attempt(s): {error}",
-                )  # fmt: skip
                 return self._finish(
                     Run.Status.FAILED,
                     error=f"The model could not be reached after {len(attempts)} attempt(s): {error}",
-                )
+                    step=dict(
+                        tries=attempts, turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
+                        error=str(error), error_class="LLMError",
+                        thought=f"The model call failed after {len(attempts)} attempt(s): {error}",
+                    ),
+                )  # fmt: skip
             if reply.malformed or (not reply.tool_calls and not reply.content.strip()):
                 model_errors += 1
                 problem = reply.malformed or "Your last reply was empty."
-                self.record.step(
+                step = dict(
                     tries=_with_success(attempts), turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
                     error=problem, error_class="MalformedReply" if reply.malformed else "EmptyReply",
                     thought=f"{problem} Call a tool, or give the final answer.",
@@ -193,23 +198,28 @@ class AgentLoop:
                 )  # fmt: skip
                 if model_errors >= MAX_CONSECUTIVE_MODEL_ERRORS:
                     return self._finish(
-                        Run.Status.FAILED, error=f"The model gave {model_errors} unusable replies in a row."
+                        Run.Status.FAILED, error=f"The model gave {model_errors} unusable replies in a row.", step=step
                     )
+                self.record.step(**step)
                 continue
             model_errors = 0
             if not reply.tool_calls:
-                self.record.step(
-                    tries=_with_success(attempts), turn=turn, kind=Step.Kind.FINAL, thought=reply.content,
-                    success=True, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
+                return self._finish(
+                    Run.Status.SUCCEEDED,
+                    output=reply.content,
+                    step=dict(
+                        tries=_with_success(attempts), turn=turn, kind=Step.Kind.FINAL, thought=reply.content,
+                        success=True, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
+                    ),
                 )  # fmt: skip
-                return self._finish(Run.Status.SUCCEEDED, output=reply.content)
             failed = self._act(turn, reply, attempts)
             reflection = reflect(self.record.steps, failed)
             if reflection is not None:
-                self.record.step(turn=turn, kind=Step.Kind.REFLECTION, thought=reflection.text)
-                self._mark_plan_failed()
+                step = dict(turn=turn, kind=Step.Kind.REFLECTION, thought=reflection.text)
                 if reflection.give_up:
-                    return self._finish(Run.Status.FAILED, error=reflection.give_up)
+                    # The plan's item in progress fails with the run (_plan_at_end).
+                    return self._finish(Run.Status.FAILED, error=reflection.give_up, step=step)
+                self.record.step(**step, run_fields=self._plan_failed())
 
     def _act(self, turn: int, reply: LLMReply, llm_attempts: list) -> list[Step]:
         # The model call's tokens (and so its cost) go on the turn's first step: its thought, or
@@ -241,16 +251,21 @@ class AgentLoop:
         for call in pooled:
             if decisions[call.id].refusal:
                 outcomes[call.id] = _refused(call, decisions[call.id].refusal, "GuardrailRefused")
-        steps = []
+        # In call order; the outcomes that came together are written together (one transaction),
+        # an engine call's step after the steps before it.
+        steps: list[Step] = []
+        together: list[tuple[ToolCall, Outcome, str, dict[str, int]]] = []
         for call in reply.tool_calls:
             if call in waiting:
                 continue
             if call in engine:
+                steps += self.record.tool_calls(turn, together)
+                together = []
                 steps.append(self._engine_call(turn, call, tokens))
             else:
-                note = " ".join(decisions[call.id].notes)
-                steps.append(self.record.tool_call(turn, call, outcomes[call.id], note=note, **tokens))
+                together.append((call, outcomes[call.id], " ".join(decisions[call.id].notes), tokens))
             tokens = {}
+        steps += self.record.tool_calls(turn, together)
         if waiting:
             self._ask_for_confirmation(turn, waiting)
         return [s for s in steps if s.success is False]
@@ -269,12 +284,12 @@ class AgentLoop:
 
     def _engine_call(self, turn: int, call: ToolCall, tokens: dict[str, int]) -> Step:
         outcome = invoke(call.name, call.arguments, self.context, self.tools)
-        if outcome.ok and call.name == "update_plan":
-            self.record.update_run(plan=outcome.result["steps"])
+        # A new plan is written with the step of the call that made it.
+        plan = {"plan": outcome.result["steps"]} if outcome.ok and call.name == "update_plan" else None
         child = None
         if outcome.ok and call.name == "delegate":
             child, outcome = self._delegate(call, outcome)
-        step = self.record.tool_call(turn, call, outcome, **tokens)
+        step = self.record.tool_call(turn, call, outcome, run_fields=plan, **tokens)
         if child is not None:
             retrying(lambda: Run.objects.filter(pk=child.pk).update(parent_step=step), what="linking a sub-agent run")
         return step
@@ -315,13 +330,15 @@ class AgentLoop:
         )
         return Run.objects.create(task=task, task_kind=task.kind, parent=self.run)
 
-    def _mark_plan_failed(self) -> None:
+    def _plan_failed(self) -> dict:
+        """The run's plan with its item in progress failed (written with the reflection that
+        says why), or nothing when no item is in progress."""
         plan = [dict(item) for item in self.run.plan or []]
         for item in plan:
             if item.get("status") == "in_progress":
                 item["status"] = "failed"
-                self.record.update_run(plan=plan)
-                return
+                return {"plan": plan}
+        return {}
 
     # --- confirmations of sensitive calls ---------------------------------------------------
     def _needs_confirmation(self, call: ToolCall) -> bool:

@@ -6,6 +6,11 @@ and tokens, then the step at the index the worker counted (the unique (run, inde
 refuses a second step at any index). So a step is never half-written, indices stay contiguous,
 and the run's counters always equal its steps. Every write under the lease survives a dropped
 connection (``retrying``).
+
+What the loop needs to know at each turn costs no query of its own: the cancel flag is read by
+the write's own UPDATE (one that requires it unset, then, only if that found no row, one that
+does not), and the steps of a turn written together, with what they change in the run's row
+(its end, its plan), share one transaction (a BEGIN, the UPDATE, the INSERTs, a COMMIT).
 """
 
 import logging
@@ -126,13 +131,20 @@ class Recorder:
         # read once the run's model is known (its first step comes after _prepare records it).
         self.cost: float | None = 0.0
         self._price: costs.Price | type[_Unread] | None = _Unread
+        # Whether the run's row said a person asked to cancel it, as the last write under the lease
+        # found it (None: nothing written since the last turn's check, which must read it).
+        self._cancel_seen: bool | None = None
 
     def start_fresh(self) -> None:
         """The run was just claimed and has no steps yet."""
         self.step_count, self.tokens_in, self.tokens_out, self.cost = 0, 0, 0, 0.0
 
     def progress(self) -> tuple[int, bool]:
-        """The run's step count, and whether a person asked to cancel it (read at every turn)."""
+        """The run's step count, and whether a person asked to cancel it (at every turn): as the
+        turn's last write found the run's row (a turn ends with its writes), else read."""
+        if self.step_count is not None and self._cancel_seen is not None:
+            cancel_requested, self._cancel_seen = self._cancel_seen, None
+            return self.step_count, cancel_requested
         return retrying(self._read_progress, what="reading the run's progress")
 
     def _read_progress(self) -> tuple[int, bool]:
@@ -154,59 +166,83 @@ class Recorder:
 
     def _hold(self, **fields: Any) -> None:
         """Update the run's row under the lease (see lease.py): LeaseLost when it is no longer this
-        worker's. Inside a transaction, the row stays locked until the commit."""
-        held = Run.objects.filter(pk=self.run.pk, worker=self.lease, status=Run.Status.RUNNING).update(
-            heartbeat_at=timezone.now(), **fields
-        )
-        if not held:
+        worker's. Inside a transaction, the row stays locked until the commit. Notes whether a
+        person asked to cancel the run: the write is made either way (what happened is recorded),
+        the loop stops at its next turn."""
+        held = Run.objects.filter(pk=self.run.pk, worker=self.lease, status=Run.Status.RUNNING)
+        fields["heartbeat_at"] = timezone.now()
+        if held.filter(cancel_requested=False).update(**fields):
+            self._cancel_seen = False
+        elif held.update(**fields):
+            self._cancel_seen = True
+        else:
             raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
 
-    def step(self, tries: list[Attempt] | list[LLMAttempt] = (), **fields: Any) -> Step:
-        """Write the next step; ``tries`` are its attempt rows (tool or model call)."""
+    def step(
+        self, tries: list[Attempt] | list[LLMAttempt] = (), *, run_fields: dict | None = None, **fields: Any
+    ) -> Step:
+        """Write the next step; ``tries`` are its attempt rows (tool or model call). ``run_fields``:
+        what the step changes in the run's row (its end: status, answer; its plan), written in the
+        same transaction."""
+        return self.write([(tries, fields)], run_fields=run_fields)[0]
+
+    def write(self, entries: list[tuple[list, dict[str, Any]]], *, run_fields: dict | None = None) -> list[Step]:
+        """Write the next steps, each ``(tries, fields)`` as for ``step``, in one transaction: the
+        steps of a turn that nothing happens between (its tool calls' outcomes, come together)."""
         if self.step_count is None:
             self.progress()
-        fields.setdefault("attempts", max(1, len(tries)))
-        # Personal data and secrets never reach the database (the tool already had the real values).
-        fields.update({k: storable(fields[k]) for k in _MASKED_STEP_FIELDS if k in fields})
-        step = Step(run=self.run, index=self.step_count, **fields)
         price = self._run_price()
-        step.cost = None if price is None else price.of(step.tokens_in, step.tokens_out)
-        attempts = [StepAttempt(**_attempt_fields(a)) for a in _kept_attempts(tries)]
-        step = retrying(
-            lambda: self._write_step(step, attempts),
+        pending, index, tokens_in, tokens_out, cost = [], self.step_count, self.tokens_in, self.tokens_out, self.cost
+        for tries, fields in entries:
+            fields.setdefault("attempts", max(1, len(tries)))
+            # Personal data and secrets never reach the database (the tool already had the real values).
+            fields.update({k: storable(fields[k]) for k in _MASKED_STEP_FIELDS if k in fields})
+            step = Step(run=self.run, index=index, **fields)
+            step.cost = None if price is None else price.of(step.tokens_in, step.tokens_out)
+            pending.append((step, [StepAttempt(**_attempt_fields(a)) for a in _kept_attempts(tries)]))
+            index, tokens_in, tokens_out = index + 1, tokens_in + step.tokens_in, tokens_out + step.tokens_out
+            cost = _added(cost, step.cost)
+        counters = {"step_count": index, "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost}
+        changed = self._masked_run_fields(run_fields or {})
+        first = pending[0][0].index
+        steps = retrying(
+            lambda: self._write_steps(pending, {**counters, **changed}),
             what="writing a step",
-            recover=lambda: self.run.steps.filter(index=step.index).first(),
+            # The steps as stored, when the transaction committed although its acknowledgement was lost.
+            recover=lambda: list(self.run.steps.filter(index__gte=first).order_by("index")) or None,
         )
-        self.step_count = step.index + 1
-        self.tokens_in += step.tokens_in
-        self.tokens_out += step.tokens_out
-        self.cost = _added(self.cost, step.cost)
-        current_step.set(step.index)
+        self.step_count, self.tokens_in, self.tokens_out, self.cost = index, tokens_in, tokens_out, cost
+        for name, value in changed.items():
+            setattr(self.run, name, value)
+        current_step.set(steps[-1].index)
         if self.steps is not None:
-            self.steps.append(step)
-        return step
+            self.steps.extend(steps)
+        return steps
 
-    def _write_step(self, step: Step, attempts: list[StepAttempt]) -> Step:
-        """The step, its attempts and the run's counters, in one transaction under the lease."""
+    def _write_steps(self, pending: list[tuple[Step, list[StepAttempt]]], run_fields: dict[str, Any]) -> list[Step]:
+        """The steps, their attempts and the run's row, in one transaction under the lease."""
+        steps = [step for step, _ in pending]
         with transaction.atomic():
-            self._hold(
-                step_count=step.index + 1,
-                tokens_in=self.tokens_in + step.tokens_in,
-                tokens_out=self.tokens_out + step.tokens_out,
-                cost=_added(self.cost, step.cost),
-            )
+            self._hold(**run_fields)
             # Inserted afresh on a retry: the rolled-back attempt's ids were never committed.
-            step.pk, step._state.adding = None, True
-            step.save(force_insert=True)
-            for attempt in attempts:
-                attempt.pk, attempt.step = None, step
+            for step in steps:
+                step.pk = None
+            Step.objects.bulk_create(steps)
+            attempts = []
+            for step, rows in pending:
+                for attempt in rows:
+                    attempt.pk, attempt.step = None, step
+                    attempts.append(attempt)
             StepAttempt.objects.bulk_create(attempts)
-        return step
+        return steps
 
-    def tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str = "", **tokens: int) -> Step:
-        """The call's step; ``tokens``: the model call's, when this is the first step of its turn."""
+    def tool_call(
+        self, turn: int, call: ToolCall, outcome: Outcome, note: str = "", run_fields: dict | None = None, **tokens: int
+    ) -> Step:
+        """The call's step; ``tokens``: the model call's, when this is the first step of its turn;
+        ``run_fields``: as for ``step``."""
         try:
-            return self._tool_call(turn, call, outcome, note, tokens)
+            return self._tool_call(turn, call, outcome, note, tokens, run_fields)
         except (ValueError, TypeError, RecursionError) as exc:
             # Arguments or a result no JSON column can hold (nested a thousand deep, say) fail the
             # call, not the run: the model reads why; the step keeps the call as the model wrote it.
@@ -216,33 +252,23 @@ class Recorder:
                 error=f"The call could not be recorded ({type(exc).__name__}: {str(exc)[:200]}).",
                 error_class="UnrecordableCall",
             )  # fmt: skip
-            return self._tool_call(turn, call, unrecordable, note, tokens)
+            return self._tool_call(turn, call, unrecordable, note, tokens, run_fields)
 
-    def _tool_call(self, turn: int, call: ToolCall, outcome: Outcome, note: str, tokens: dict[str, int]) -> Step:
-        finished = outcome.finished_at or timezone.now()
-        return self.step(
-            **tokens,
-            tries=outcome.attempts,
-            turn=turn,
-            kind=Step.Kind.TOOL_CALL,
-            thought=note,
-            tool_name=call.name[:100],
-            tool_call_id=call.id[:100],
-            arguments=outcome.arguments,
-            result=outcome.result if outcome.ok else None,
-            error=outcome.error,
-            error_class=outcome.error_class,
-            error_signature="" if outcome.ok else error_signature(call.name, outcome.error_class, outcome.error),
-            success=outcome.ok,
-            cached=outcome.cached,
-            stale=outcome.stale,
-            served_by=outcome.served_by,
-            validation=outcome.validation,
-            validation_status=(outcome.validation or {}).get("status", ""),
-            started_at=outcome.started_at,
-            finished_at=finished,
-            duration_ms=max(0, int((finished - outcome.started_at).total_seconds() * 1000)),
-        )
+    def tool_calls(self, turn: int, calls: list[tuple[ToolCall, Outcome, str, dict[str, int]]]) -> list[Step]:
+        """The steps of calls of one turn whose outcomes came together, ``(call, outcome, note,
+        tokens)`` each, written in one transaction."""
+        if len(calls) > 1:
+            try:
+                return self.write([_tool_call_entry(turn, *call) for call in calls])
+            except (ValueError, TypeError, RecursionError):
+                pass  # one of them cannot be recorded as it is: each on its own, so only that one fails
+        return [self.tool_call(turn, call, outcome, note, **tokens) for call, outcome, note, tokens in calls]
+
+    def _tool_call(
+        self, turn: int, call: ToolCall, outcome: Outcome, note: str, tokens: dict[str, int], run_fields: dict | None
+    ) -> Step:
+        tries, fields = _tool_call_entry(turn, call, outcome, note, tokens)
+        return self.step(tries, run_fields=run_fields, **fields)
 
     def _run_price(self) -> "costs.Price | None":
         if self._price is _Unread:
@@ -252,9 +278,42 @@ class Recorder:
             )
         return self._price
 
+    @staticmethod
+    def _masked_run_fields(fields: dict[str, Any]) -> dict[str, Any]:
+        return {k: storable(v) if k in _MASKED_RUN_FIELDS else v for k, v in fields.items()}
+
     def update_run(self, **fields: Any) -> None:
         """Change the run's row under the lease."""
-        fields = {k: storable(v) if k in _MASKED_RUN_FIELDS else v for k, v in fields.items()}
+        fields = self._masked_run_fields(fields)
         retrying(lambda: self._hold(**fields), what="updating the run")
         for name, value in fields.items():
             setattr(self.run, name, value)
+
+
+def _tool_call_entry(
+    turn: int, call: ToolCall, outcome: Outcome, note: str, tokens: dict[str, int]
+) -> tuple[list[Attempt], dict[str, Any]]:
+    """A tool call's step as ``Recorder.write`` takes it: its attempts and its fields."""
+    finished = outcome.finished_at or timezone.now()
+    return outcome.attempts, dict(
+        **tokens,
+        turn=turn,
+        kind=Step.Kind.TOOL_CALL,
+        thought=note,
+        tool_name=call.name[:100],
+        tool_call_id=call.id[:100],
+        arguments=outcome.arguments,
+        result=outcome.result if outcome.ok else None,
+        error=outcome.error,
+        error_class=outcome.error_class,
+        error_signature="" if outcome.ok else error_signature(call.name, outcome.error_class, outcome.error),
+        success=outcome.ok,
+        cached=outcome.cached,
+        stale=outcome.stale,
+        served_by=outcome.served_by,
+        validation=outcome.validation,
+        validation_status=(outcome.validation or {}).get("status", ""),
+        started_at=outcome.started_at,
+        finished_at=finished,
+        duration_ms=max(0, int((finished - outcome.started_at).total_seconds() * 1000)),
+    )

@@ -31,10 +31,10 @@ import logging
 from collections.abc import Callable
 
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import OuterRef, Subquery
 
 from feedback import costs, queue
-from feedback.models import Evaluation, Run
+from feedback.models import Evaluation, EvaluationProfile, Run
 from feedback.rollups import rollup_add, rollup_change
 
 from .evaluators import EVALUATOR_KINDS, EvaluatorError, Verdict, rule_evaluator
@@ -51,35 +51,52 @@ EVALUATORS: dict[str, Callable[[Run, dict], Verdict | None]] = {
 }
 
 
-def composite_score(run: Run) -> float | None:
-    """The run's score from its evaluations, by the rule in this module's docstring."""
-    evaluations = Evaluation.objects.filter(run=run, status=Evaluation.Status.OK, score__isnull=False)
-    human = evaluations.filter(kind=Evaluation.Kind.HUMAN).order_by("-created_at", "-id").first()
+# What the composite and outcome rules read of a run's evaluations: one query gives both.
+_VERDICT_FIELDS = ("kind", "round", "status", "score", "weight", "accomplished", "created_at", "id")
+
+
+def _verdict_rows(run_id: int) -> list[dict]:
+    return list(Evaluation.objects.filter(run_id=run_id).order_by("id").values(*_VERDICT_FIELDS))
+
+
+def _latest_human(rows: list[dict]) -> dict | None:
+    human = (r for r in rows if r["kind"] == Evaluation.Kind.HUMAN)
+    return max(human, key=lambda r: (r["created_at"], r["id"]), default=None)
+
+
+def _latest_round(rows: list[dict]) -> list[dict]:
+    """The rows of the latest automatic round among ``rows``."""
+    automatic = [r for r in rows if r["kind"] != Evaluation.Kind.HUMAN]
+    latest = max((r["round"] for r in automatic), default=None)
+    return [r for r in automatic if r["round"] == latest]
+
+
+def composite_score(run: Run, rows: list[dict] | None = None) -> float | None:
+    """The run's score from its evaluations, by the rule in this module's docstring. ``rows``:
+    its evaluations as ``_verdict_rows`` reads them, when the caller has them."""
+    rows = _verdict_rows(run.pk) if rows is None else rows
+    scored = [r for r in rows if r["status"] == Evaluation.Status.OK and r["score"] is not None]
+    human = _latest_human(scored)
     if human is not None:
-        return human.score
-    automatic = evaluations.exclude(kind=Evaluation.Kind.HUMAN)
-    latest = automatic.aggregate(r=Max("round"))["r"]
-    if latest is None:
-        return None
-    rows = list(automatic.filter(round=latest).values_list("score", "weight"))
-    total_weight = sum(w for _, w in rows)
+        return human["score"]
+    latest = _latest_round(scored)
+    total_weight = sum(r["weight"] for r in latest)
     if total_weight <= 0:
         return None
-    return round(sum(s * w for s, w in rows) / total_weight, 4)
+    return round(sum(r["score"] * r["weight"] for r in latest) / total_weight, 4)
 
 
-def run_outcome(run: Run) -> str:
-    """The run's outcome from its status and evaluations, by the rule in this module's docstring."""
-    verdicts = Evaluation.objects.filter(run=run, status=Evaluation.Status.OK)
-    human = verdicts.filter(kind=Evaluation.Kind.HUMAN, accomplished__isnull=False).order_by("-created_at", "-id")
-    person = human.values_list("accomplished", flat=True).first()
+def run_outcome(run: Run, rows: list[dict] | None = None) -> str:
+    """The run's outcome from its status and evaluations, by the rule in this module's docstring.
+    ``rows``: as for ``composite_score``."""
+    rows = _verdict_rows(run.pk) if rows is None else rows
+    verdicts = [r for r in rows if r["status"] == Evaluation.Status.OK]
+    person = _latest_human([r for r in verdicts if r["accomplished"] is not None])
     if person is not None:
-        return _outcome(person)
+        return _outcome(person["accomplished"])
     if run.status in (Run.Status.FAILED, Run.Status.CANCELLED):
         return Run.Outcome.NOT_ACCOMPLISHED
-    automatic = verdicts.exclude(kind=Evaluation.Kind.HUMAN)
-    latest = automatic.aggregate(r=Max("round"))["r"]
-    said = list(automatic.filter(round=latest, accomplished__isnull=False).values_list("kind", "accomplished"))
+    said = [(r["kind"], r["accomplished"]) for r in _latest_round(verdicts) if r["accomplished"] is not None]
     reference = [yes for kind, yes in said if kind == Evaluation.Kind.REFERENCE]
     if reference:
         return _outcome(all(reference))
@@ -103,10 +120,11 @@ def _failed(row: dict, message: str, details: dict) -> dict:
     return {**row, "status": Evaluation.Status.FAILED, "feedback": message, "details": details}
 
 
-def _judge(run: Run) -> list[dict]:
-    """Every evaluator of the run's profile, each isolated from the others' failures."""
+def _judge(run: Run, evaluators: list[dict] | None = None) -> list[dict]:
+    """Every evaluator of the run's profile (``evaluators``: its list, when the caller read it),
+    each isolated from the others' failures."""
     results = []
-    for entry in profile_for(run.task_kind).evaluators:
+    for entry in profile_for(run.task_kind).evaluators if evaluators is None else evaluators:
         name = entry.get("evaluator")
         evaluate = EVALUATORS.get(name)
         row = {
@@ -159,31 +177,41 @@ def evaluate_run(run_id: int, *, expected_round: int | None = None) -> list[Eval
     evaluates a run that has no automatic round yet (the evaluation when the run ends); with it,
     it only writes that round if nobody wrote it first (a reviewer's re-evaluation).
     """
-    run = Run.objects.select_related("task").filter(pk=run_id).first()
+    # With the run, in one query: its latest automatic round and its kind's profile (made from
+    # the defaults by profile_for when the kind has none yet).
+    latest_automatic = _automatic_rounds(run_id).filter(run=OuterRef("pk")).order_by("-round").values("round")[:1]
+    profile = EvaluationProfile.objects.filter(task_kind=OuterRef("task_kind")).values("evaluators")[:1]
+    run = (
+        Run.objects.select_related("task")
+        .annotate(evaluated=Subquery(latest_automatic), profile_evaluators=Subquery(profile))
+        .filter(pk=run_id)
+        .first()
+    )
     if run is None or run.is_active:
         return []
-    existing = _automatic_rounds(run_id).aggregate(r=Max("round"))["r"] or 0
+    existing = run.evaluated or 0
     if (expected_round is None and existing) or (expected_round is not None and existing >= expected_round):
         return []
     # The evaluators (a judge may take a minute) run outside the transaction; only the writes
     # hold the row lock.
-    results = _judge(run)
+    results = _judge(run, run.profile_evaluators)
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
-        latest = Evaluation.objects.filter(run=run).aggregate(r=Max("round"))["r"] or 0
-        round_number = expected_round or latest + 1
-        already = _automatic_rounds(run_id)
-        if expected_round is not None:
-            already = already.filter(round__gte=round_number)
-        if already.exists():
+        # Under the run's lock, its evaluations so far: whether another worker wrote this round
+        # while the evaluators ran, and with the new round, the run's score and outcome.
+        run.status = Run.objects.select_for_update().values_list("status", flat=True).get(pk=run_id)
+        before = _verdict_rows(run_id)
+        round_number = expected_round or max((r["round"] for r in before), default=0) + 1
+        automatic = [r["round"] for r in before if r["kind"] != Evaluation.Kind.HUMAN]
+        if any(expected_round is None or number >= round_number for number in automatic):
             return []  # another worker wrote this round while the evaluators ran
         # A re-evaluated run's new score and outcome change its day's rollups; a run evaluated
         # for the first time is counted in them now, with its score and outcome, committed with
         # them so no reader sees one without the other.
         with rollup_change(run_id=run_id):
             rows = Evaluation.objects.bulk_create(Evaluation(run=run, round=round_number, **r) for r in results)
-            run.score = composite_score(run)
-            run.outcome = run_outcome(run)
+            verdicts = before + [{name: getattr(row, name) for name in _VERDICT_FIELDS} for row in rows]
+            run.score = composite_score(run, verdicts)
+            run.outcome = run_outcome(run, verdicts)
             run.save(update_fields=["score", "outcome"])
         rollup_add(run_id=run_id)
         # Its trace, with these scores, once they are committed (OTEL_EXPORT_RUNS).

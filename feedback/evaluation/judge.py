@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Count, Q
 
 from feedback.agent.llm import use_endpoint
 from feedback.models import Run, Step
@@ -222,9 +223,10 @@ def offline_heuristic_judge(run: Run, config: dict) -> Verdict:
     better, and outranks it."""
     output = (run.final_output or "").strip()
     task_text = run.task.text
-    tool_steps = run.steps.filter(kind=Step.Kind.TOOL_CALL)
-    calls = tool_steps.count()
-    failed_calls = tool_steps.filter(success=False).count()
+    counted = run.steps.filter(kind=Step.Kind.TOOL_CALL).aggregate(
+        calls=Count("pk"), failed=Count("pk", filter=Q(success=False))
+    )
+    calls, failed_calls = counted["calls"], counted["failed"]
     refusal = refusal_in(output)
     new = _new_information(task_text, output)
     task_words = _content_words(task_text)
