@@ -263,6 +263,46 @@ def test_a_tool_named_but_not_called_is_asked_for_outright(endpoint):
     assert run.steps.order_by("index").first().tokens_in == 81  # both requests' tokens
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "To work it out, call the calculator with 2 + 2.",
+        "I will use `calculator` to compute it.",
+        'Let me compute: {{"name": "calculator", "arguments": {"expression": "2 + 2"}}}',
+        "calculator(expression='2 + 2')",
+    ],
+)
+def test_a_reply_saying_which_tool_it_would_call_is_asked_for_that_call(endpoint, reply):
+    # Qwen2.5-Coder-1.5B ended 33 of its 52 trial runs without a tool call this way: the reply
+    # saying which tool it would call was taken for the answer.
+    endpoint.script = [
+        completion(reply),
+        completion(tool_calls=[call("calculator", {"expression": "2 + 2"})]),
+        completion("2 + 2 = 4"),
+    ]
+    run = run_task()
+    assert run.final_output == "2 + 2 = 4"
+    assert run.steps.get(kind=Step.Kind.TOOL_CALL).result["value"] == 4
+    assert endpoint.requests[1]["tool_choice"] == {"type": "function", "function": {"name": "calculator"}}
+
+
+def test_an_answer_that_mentions_the_tool_it_used_is_the_answer(endpoint):
+    endpoint.script = [
+        completion(tool_calls=[call("calculator", {"expression": "2 + 2"})]),
+        completion("I used the calculator: call calculator(2 + 2) gives 4."),
+    ]
+    run = run_task()
+    assert run.final_output == "I used the calculator: call calculator(2 + 2) gives 4."
+    assert [r.get("tool_choice") for r in endpoint.requests] == ["auto", "auto"]
+
+
+def test_an_answer_that_names_no_tool_or_several_is_the_answer(endpoint):
+    endpoint.script = [completion("4"), completion("Call the calculator or use analyze_text: 4.")]
+    assert run_task().final_output == "4"
+    assert run_task(text="What is 2 + 2, or how long is this?").final_output.endswith(": 4.")
+    assert [r.get("tool_choice") for r in endpoint.requests] == ["auto", "auto"]
+
+
 def test_a_reply_naming_a_tool_not_offered_is_malformed_not_an_answer(endpoint):
     endpoint.script = [completion("functions.rm_rf:"), completion("4")]
     run = run_task()

@@ -159,6 +159,8 @@ class OpenAIChatModel:
         response = self._create(messages=messages, tools=tools or omit, tool_choice="auto" if tools else omit)
         reply = _calls_in_text(self._native_reply(response), tools, turn_id=getattr(response, "id", "") or "text")
         chosen = _chosen_tool(reply, tools)
+        if chosen == "":
+            chosen = _intended_tool(reply, tools, messages)
         if chosen is None:
             return LLMReply(
                 content=reply.content, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
@@ -167,8 +169,9 @@ class OpenAIChatModel:
         if chosen:
             # The server gave back a tool's name as text ("functions.analyze_text:"): once the
             # model chooses to write a message, llama-cpp-python's chatml-function-calling lets it
-            # write only a tool's name or nothing. The model's choice stands: ask for that tool's
-            # call outright, which the server then writes by the tool's schema.
+            # write only a tool's name or nothing. Or the model wrote which tool it would call
+            # instead of calling it. The model's choice stands: ask for that tool's call outright,
+            # which the server then writes by the tool's schema.
             forced = {"type": "function", "function": {"name": chosen}}
             second = self._native_reply(self._create(messages=messages, tools=tools, tool_choice=forced))
             reply = LLMReply(
@@ -288,6 +291,37 @@ def tagged_tool_calls(content: str, *, turn_id: str) -> tuple[str, list[ToolCall
 
 
 _NAMED_ONLY = re.compile(r"\s*functions\.([\w.-]+?):?\s*")
+# The plan tool every run is asked to call first says nothing about which tool does the work.
+_PLAN_TOOL = "update_plan"
+
+
+def _intended_tool(reply: LLMReply, tools: list[dict[str, Any]], messages: list[dict[str, Any]]) -> str:
+    """The one offered tool a reply says it would call, without calling it ("call analyze_text
+    text=notes.md", "use the `calculator` tool", "analyze_text(...)", a call written as a JSON
+    object inside other text), before the run has called any tool but the plan: how
+    Qwen2.5-Coder-1.5B ended 33 of 96 file-analysis trial runs, the reply taken for the answer.
+    "" when it names none, several, or the run has already worked with a tool (its answer may
+    well mention the tool it used)."""
+    if reply.tool_calls or not tools or not reply.content:
+        return ""
+    worked = any(
+        call.get("function", {}).get("name") != _PLAN_TOOL
+        for m in messages
+        if m.get("role") == "assistant"
+        for call in m.get("tool_calls") or []
+    )
+    if worked:
+        return ""
+    named = set()
+    for tool in tools:
+        name = re.escape(tool["function"]["name"])
+        if tool["function"]["name"] != _PLAN_TOOL and re.search(
+            rf"\b(?:call|use|invoke|run)\s+(?:the\s+)?[`'\"]?{name}\b|\b{name}\s*\(|\"name\":\s*\"{name}\"",
+            reply.content,
+            re.I,
+        ):
+            named.add(tool["function"]["name"])
+    return named.pop() if len(named) == 1 else ""
 
 
 def _chosen_tool(reply: LLMReply, tools: list[dict[str, Any]]) -> str | None:
