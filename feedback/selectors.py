@@ -249,7 +249,12 @@ def run_page(
     if position:
         value, pk = position
         op = "lt" if forward else "gt"
-        runs = runs.filter(Q(**{f"{field}__{op}": value}) | Q(**{field: value, f"id__{op}": pk}))
+        # The first condition repeats what the others imply: an index range bound PostgreSQL can
+        # start the scan at, where the OR alone made it walk the index from the top of the list
+        # and drop every row before the cursor (a deep page sorted by score: 2.7 s at 1,000,000 runs).
+        runs = runs.filter(
+            Q(**{f"{field}__{op}e": value}) & (Q(**{f"{field}__{op}": value}) | Q(**{field: value, f"id__{op}": pk}))
+        )
     prefix = "-" if forward else ""
     rows = list(runs.order_by(f"{prefix}{field}", f"{prefix}id")[: size + 1])
     more = len(rows) > size
