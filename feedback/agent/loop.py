@@ -31,7 +31,7 @@ from .lease import Heartbeat, LeaseLost, claim_run, load_run, new_lease
 from .llm import ChatModel, LLMAttempt, LLMReply, ToolCall, complete_with_retries, get_model
 from .prompts import build_system_prompt
 from .recorder import Recorder, retrying, storable
-from .reflection import reflect
+from .reflection import ECHOED, echoes_instruction, reflect
 from .retrieval import select_tools
 from .tools import Tool, ToolContext, ToolError, enabled_tools
 from .tools.mcp import release_run
@@ -186,12 +186,15 @@ class AgentLoop:
                         thought=f"The model call failed after {len(attempts)} attempt(s): {error}",
                     ),
                 )  # fmt: skip
-            if reply.malformed or (not reply.tool_calls and not reply.content.strip()):
+            echoed = not (reply.tool_calls or reply.malformed) and echoes_instruction(reply.content, self.record.steps)
+            if echoed or reply.malformed or (not reply.tool_calls and not reply.content.strip()):
                 model_errors += 1
-                problem = reply.malformed or "Your last reply was empty."
+                problem = ECHOED if echoed else reply.malformed or "Your last reply was empty."
+                # An echo is its own class: not one of the reply formats mining finds remedies for.
+                error_class = "EchoedInstruction" if echoed else "MalformedReply" if reply.malformed else "EmptyReply"
                 step = dict(
                     tries=_with_success(attempts), turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
-                    error=problem, error_class="MalformedReply" if reply.malformed else "EmptyReply",
+                    error=problem, error_class=error_class,
                     thought=f"{problem} Call a tool, or give the final answer.",
                     result={"raw": reply.content[:2000]} if reply.content else None,
                     tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
