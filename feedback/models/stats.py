@@ -49,7 +49,38 @@ class DailyRunStats(models.Model):
         return f"{self.day} {self.task_kind}: {self.runs} runs"
 
 
-class DailyToolStats(models.Model):
+class ToolCounts(models.Model):
+    """What a tool rollup row counts of one period's calls of one tool, for one task kind."""
+
+    task_kind = models.CharField(max_length=32, choices=Task.Kind.choices)
+    tool_name = models.CharField(max_length=100)
+    calls = models.PositiveIntegerField(default=0)
+    succeeded = models.PositiveIntegerField(default=0)
+    retries = models.PositiveIntegerField(default=0)
+    # The calls with a recorded duration, and the sum of their durations: the average's parts.
+    timed = models.PositiveIntegerField(default=0)
+    duration_sum = models.PositiveBigIntegerField(default=0)
+
+    COUNTS = ("calls", "succeeded", "retries", "timed", "duration_sum")
+
+    class Meta:
+        abstract = True
+
+
+class LatencyCounts(models.Model):
+    """A latency histogram row: how many of one period's calls of one tool, for one task kind,
+    took a ``duration_ms`` in ``bucket`` (tool_metrics.latency_bucket)."""
+
+    task_kind = models.CharField(max_length=32, choices=Task.Kind.choices)
+    tool_name = models.CharField(max_length=100)
+    bucket = models.PositiveSmallIntegerField()
+    calls = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class DailyToolStats(ToolCounts):
     """Pre-aggregated tool calls of one day's ended runs of one task kind, per tool, so the
     per-tool figures of a year read ~365 rows per kind and tool instead of every tool-call step.
 
@@ -59,17 +90,7 @@ class DailyToolStats(models.Model):
     """
 
     day = models.DateField()
-    task_kind = models.CharField(max_length=32, choices=Task.Kind.choices)
-    tool_name = models.CharField(max_length=100)
-    calls = models.PositiveIntegerField(default=0)
-    succeeded = models.PositiveIntegerField(default=0)
-    retries = models.PositiveIntegerField(default=0)
-    # The calls with a recorded duration, and the sum of their durations: the average's parts.
-    timed = models.PositiveIntegerField(default=0)
-    duration_sum = models.PositiveBigIntegerField(default=0)
     refreshed_at = models.DateTimeField(auto_now=True)
-
-    COUNTS = ("calls", "succeeded", "retries", "timed", "duration_sum")
 
     class Meta:
         constraints = [
@@ -80,17 +101,12 @@ class DailyToolStats(models.Model):
         return f"{self.day} {self.task_kind} {self.tool_name}: {self.calls} calls"
 
 
-class DailyToolLatency(models.Model):
-    """The latency histogram of one day's calls of one tool, for one task kind: how many calls
-    took a ``duration_ms`` in each bucket of ``tool_metrics.latency_bucket`` (each 5% wider than
-    the one before). Histograms add up across days and kinds, in SQL (a SUM per tool and bucket),
-    and the percentiles are estimated from them within 5%."""
+class DailyToolLatency(LatencyCounts):
+    """The latency histogram of one day's calls of one tool, for one task kind (each bucket 5%
+    wider than the one before). Histograms add up across days and kinds, in SQL (a SUM per tool
+    and bucket), and the percentiles are estimated from them within 5%."""
 
     day = models.DateField()
-    task_kind = models.CharField(max_length=32, choices=Task.Kind.choices)
-    tool_name = models.CharField(max_length=100)
-    bucket = models.PositiveSmallIntegerField()
-    calls = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -103,7 +119,7 @@ class DailyToolLatency(models.Model):
         return f"{self.day} {self.task_kind} {self.tool_name} bucket {self.bucket}: {self.calls} calls"
 
 
-class MonthlyToolStats(models.Model):
+class MonthlyToolStats(ToolCounts):
     """DailyToolStats added up over a calendar month (``month`` is its first day), so a long window
     reads a dozen rows per kind and tool for its whole months and the daily rows only for the
     days at its edges. A row is always the sum of its month's daily rows: a run's figures are
@@ -111,15 +127,6 @@ class MonthlyToolStats(models.Model):
     from the daily rows."""
 
     month = models.DateField()
-    task_kind = models.CharField(max_length=32, choices=Task.Kind.choices)
-    tool_name = models.CharField(max_length=100)
-    calls = models.PositiveIntegerField(default=0)
-    succeeded = models.PositiveIntegerField(default=0)
-    retries = models.PositiveIntegerField(default=0)
-    timed = models.PositiveIntegerField(default=0)
-    duration_sum = models.PositiveBigIntegerField(default=0)
-
-    COUNTS = DailyToolStats.COUNTS
 
     class Meta:
         constraints = [
@@ -130,15 +137,11 @@ class MonthlyToolStats(models.Model):
         return f"{self.month:%Y-%m} {self.task_kind} {self.tool_name}: {self.calls} calls"
 
 
-class MonthlyToolLatency(models.Model):
+class MonthlyToolLatency(LatencyCounts):
     """DailyToolLatency added up over a calendar month, like MonthlyToolStats: a year of one
     tool's histogram is ~12 x buckets rows per kind instead of ~365 x buckets."""
 
     month = models.DateField()
-    task_kind = models.CharField(max_length=32, choices=Task.Kind.choices)
-    tool_name = models.CharField(max_length=100)
-    bucket = models.PositiveSmallIntegerField()
-    calls = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
