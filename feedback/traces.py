@@ -87,7 +87,10 @@ def trace_problems(run: Run, *, limit: int = 20) -> list[Step]:
     """The steps that went wrong (failed calls, failed validation, model errors), for the
     "jump to" list at the top of the trace: found by query, not by loading every step."""
     failed = Q(success=False) | Q(validation_status=Step.Validation.FAIL) | Q(kind=Step.Kind.MODEL_ERROR)
-    return list(run.steps.filter(failed).order_by("index").only("index", "kind", "tool_name", "error_class")[:limit])
+    # "run" too: the related manager sets each step's run from its run_id, which deferred would
+    # cost a query per step.
+    steps = run.steps.filter(failed).order_by("index")
+    return list(steps.only("run", "index", "kind", "tool_name", "error_class")[:limit])
 
 
 def _iso(moment: datetime | None) -> str | None:
