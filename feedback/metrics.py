@@ -164,21 +164,35 @@ def run_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> QuerySet
     )
 
 
-def error_steps(window: Window) -> QuerySet[Step]:
-    """Every error in the window's runs (a step with an error signature), flagged ``is_repeated``
-    when a step of an EARLIER run (by ``created_at``, then id) had the same signature; earlier
-    means any time before, inside the window or not, and of any task kind."""
+def error_groups(window: Window, *, by: tuple[str, ...] = ()) -> QuerySet[Step]:
+    """The errors of the window's runs (steps with an error signature), one row per run and
+    signature (and ``by`` columns, with ``period`` and ``task_kind`` read from the run): ``errors``
+    steps, flagged ``is_repeated`` when a step of an EARLIER run (by ``created_at``, then id) had
+    the same signature; earlier means any time before, inside the window or not, and of any task
+    kind. The flag is the same for every error of one run with one signature, so it is
+    annotated after the grouping: the database evaluates it once a group, not once an error (a
+    long run hits the same error hundreds of times)."""
     # The exclude is a no-op for the result but lets PostgreSQL use the partial index
     # step_error_signature (it cannot prove the outer signature is not empty on its own).
     earlier = (
         Step.objects.filter(error_signature=OuterRef("error_signature"))
         .exclude(error_signature="")
         .filter(
-            Q(run__created_at__lt=OuterRef("run__created_at"))
-            | Q(run__created_at=OuterRef("run__created_at"), run_id__lt=OuterRef("run_id"))
+            Q(run__created_at__lt=OuterRef("created"))
+            | Q(run__created_at=OuterRef("created"), run_id__lt=OuterRef("run_id"))
         )
     )
-    return Step.objects.filter(run__in=window.runs()).exclude(error_signature="").annotate(is_repeated=Exists(earlier))
+    # The run's created_at by an annotation of its own: Django would group by the flag itself
+    # (once an error again) were it referred to across the relation (OuterRef("run__created_at")).
+    return (
+        Step.objects.filter(run__in=window.runs())
+        .exclude(error_signature="")
+        .annotate(period=window.trunc("run__created_at"), task_kind=F("run__task_kind"), created=F("run__created_at"))
+        .values(*by, "run_id", "error_signature")
+        .annotate(errors=Count("id"))
+        .annotate(is_repeated=Exists(earlier))
+        .order_by()
+    )
 
 
 ERROR_COUNTS = ("errors", "repeated_errors", "runs_with_repeated")
@@ -186,18 +200,11 @@ ERROR_COUNTS = ("errors", "repeated_errors", "runs_with_repeated")
 
 def error_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> list[dict]:
     """Per period (and ``by`` columns, with ``task_kind`` read from the run): ``errors``,
-    ``repeated_errors`` and ``runs_with_repeated``."""
-    # Grouped by the flag too, so the database evaluates it once per error (each aggregate that
-    # filtered on it would evaluate it again), and the two groups of a period are added here.
-    rows = (
-        error_steps(window)
-        .annotate(period=window.trunc("run__created_at"), task_kind=F("run__task_kind"))
-        .values(*by, "is_repeated")
-        .annotate(errors=Count("id"), runs=Count("run", distinct=True))
-        .order_by()
-    )
+    ``repeated_errors`` and ``runs_with_repeated``, added up from the window's ``error_groups``
+    (a few per run)."""
     found: dict[tuple, dict] = {}
-    for row in rows:
+    repeating: dict[tuple, set[int]] = {}
+    for row in error_groups(window, by=by):
         key = tuple(row[name] for name in by)
         counts = found.get(key)
         if counts is None:
@@ -205,7 +212,9 @@ def error_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> list[d
         counts["errors"] += row["errors"]
         if row["is_repeated"]:
             counts["repeated_errors"] += row["errors"]
-            counts["runs_with_repeated"] += row["runs"]
+            repeating.setdefault(key, set()).add(row["run_id"])
+    for key, runs in repeating.items():
+        found[key]["runs_with_repeated"] = len(runs)
     return list(found.values())
 
 

@@ -94,7 +94,7 @@ def _counts(window: metrics.Window, by: tuple[str, ...]) -> dict[tuple, Figures]
 
 def _figures(run: Run) -> Figures:
     """One run's figures: what the metric queries count for it, read with three small queries
-    (the run with its intervention flags, its errors marked repeated or not, its tool calls) and
+    (the run with its intervention flags, its errors by signature, marked repeated or not, its tool calls) and
     counted here. The grouped aggregates the recount uses cost ten times as much to build for one
     run; tests/test_rollups.py checks that what runs add always equals a recount."""
     window = metrics.Window.of_run(run)
@@ -108,7 +108,7 @@ def _figures(run: Run) -> Figures:
         "retried": row["has_retry"],
         "cancelled": row["status"] == Run.Status.CANCELLED,
     }
-    repeated = list(metrics.error_steps(window).values_list("is_repeated", flat=True))
+    errors = list(metrics.error_groups(window).values_list("errors", "is_repeated"))
     figures = Figures()
     figures.runs.update(
         runs=1,
@@ -121,9 +121,9 @@ def _figures(run: Run) -> Figures:
         costed=int(ended and row["cost"] is not None),
         cost_sum=row["cost"] if ended and row["cost"] is not None else 0,
         intervened=int(any(person.values())),
-        errors=len(repeated),
-        repeated_errors=sum(repeated),
-        runs_with_repeated=int(any(repeated)),
+        errors=sum(n for n, _ in errors),
+        repeated_errors=sum(n for n, repeated in errors if repeated),
+        runs_with_repeated=int(any(repeated for _, repeated in errors)),
         **{reason: int(flag) for reason, flag in person.items()},
     )
     calls = tool_metrics.tool_calls(window).values_list("tool_name", "success", "attempts", "duration_ms")

@@ -150,7 +150,7 @@ def test_repeated_error_summary_counts_errors_first_seen_before_the_window(histo
     assert summary["repeated_rate"] == pytest.approx(0.5)
     assert summary["repeated_per_run"] == pytest.approx(4 / 6)
     flagged = dict(
-        metrics.error_steps(window()).filter(run=history["r6"]).values_list("error_signature", "is_repeated")
+        metrics.error_groups(window()).filter(run=history["r6"]).values_list("error_signature", "is_repeated")
     )
     assert flagged == {"A": True, "D": True}
 
@@ -210,3 +210,28 @@ def test_rates_without_data_are_none_not_zero():
     assert metrics.repeated_error_summary(empty)["repeated_rate"] is None
     assert metrics.intervention_summary(empty)["rate"] is None
     assert tool_metrics.tool_stats(empty) == []
+
+
+@pytest.mark.postgresql
+def test_a_run_s_repeated_error_is_checked_once_per_signature_not_once_per_error():
+    # A long run hits the same error hundreds of times: the metrics page's live part checked each
+    # of them against every earlier run (11,533 checks for 19 running runs at 1,000,000 runs).
+    import re
+
+    from django.db import connection
+
+    first = make_finished_run(created_at=datetime(2026, 1, 1, 9, tzinfo=UTC))
+    later = make_finished_run(created_at=datetime(2026, 1, 2, 9, tzinfo=UTC))
+    Step.objects.create(run=first, index=0, kind=Step.Kind.TOOL_CALL, success=False, error_signature="A")
+    Step.objects.bulk_create(
+        Step(run=later, index=i, kind=Step.Kind.TOOL_CALL, success=False, error_signature="AB"[i % 2])
+        for i in range(60)
+    )
+    window = Window(since=datetime(2026, 1, 2, tzinfo=UTC), until=datetime(2026, 1, 3, tzinfo=UTC))
+    assert metrics.error_counts(window, by=()) == [{"errors": 60, "repeated_errors": 30, "runs_with_repeated": 1}]
+    sql, params = metrics.error_groups(window).query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT TEXT) " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    checks = re.search(r"SubPlan.*?\n.*?loops=(\d+)", plan, re.S)
+    assert checks and int(checks.group(1)) == 2, plan  # signatures A and B: two checks, not sixty

@@ -62,6 +62,11 @@ class Step(models.Model):
                 name="step_error_signature",
                 condition=~models.Q(error_signature=""),
             ),
+            # A run's errors by signature (metrics.error_groups: the metrics page's live part, the
+            # rollups): read from the index alone, not from the run's every step.
+            models.Index(
+                fields=["run", "error_signature"], name="step_run_errors", condition=~models.Q(error_signature="")
+            ),
             # The mining job (feedback/strategies/): index-only scans of the steps it groups, where
             # it walked the whole step table (a year of a million runs: ten million steps).
             # A run's tool calls in order, for the tool-call sequences.
