@@ -237,3 +237,27 @@ def test_a_deep_page_starts_its_index_scan_at_the_cursor(runs, sort):
         cursor_.execute("EXPLAIN " + queries.captured_queries[-1]["sql"])
         plan = "\n".join(row[0] for row in cursor_.fetchall())
     assert "Index Cond" in plan, plan
+
+
+@pytest.mark.postgresql
+def test_a_page_inside_a_tie_group_starts_at_the_cursor_s_id():
+    # Sorted by score, the unscored runs share one value (126,000 of them at 1,000,000 runs): with
+    # the value alone as its bound, a page deep among them walked the whole group (90 ms).
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from feedback.selectors import run_cursor, run_page
+
+    task = Task.objects.create(text="same task", kind=Task.Kind.GENERAL)
+    Run.objects.bulk_create(Run(task=task, task_kind=task.kind) for _ in range(300))
+    unscored = Run.objects.annotate(sort_score=Coalesce("score", Value(-1.0))).order_by("-id")
+    cursor = run_cursor(unscored[250], "sort_score")
+    with CaptureQueriesContext(connection) as queries:
+        page = run_page(Run.objects.all(), sort="score", cursor=cursor, size=10)
+    assert [r.pk for r in page.runs] == [r.pk for r in unscored[251:261]]
+    with transaction.atomic(), connection.cursor() as cursor_:
+        cursor_.execute("SET LOCAL enable_seqscan = off")
+        cursor_.execute("EXPLAIN " + queries.captured_queries[0]["sql"])
+        plan = "\n".join(row[0] for row in cursor_.fetchall())
+    bounds = [line for line in plan.splitlines() if "Index Cond" in line]
+    assert any("id <" in line for line in bounds), plan
