@@ -222,7 +222,7 @@ EMAIL_BACKEND = env.str(
 EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", default=str(VAR_DIR / "mail"))
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="webmaster@localhost")
 
-# --- Alerts (feedback/alerts.py) -----------------------------------------------------------------
+# --- Alerts (feedback/alerts/) -------------------------------------------------------------------
 # The dashboard's address as people reach it: the links in alert notifications start with it.
 SITE_URL = env.str("SITE_URL", default="http://127.0.0.1:8000").rstrip("/")
 # How long a webhook receiver, or the mail server, has to answer one attempt.
@@ -266,7 +266,7 @@ CELERY_BEAT_SCHEDULE = {
     "check-trials": {"task": "feedback.tasks.strategy_trials_check_task", "schedule": 300.0},
     # A safety net under the per-run refreshes of the metric rollups (feedback/rollups.py).
     "refresh-daily-stats": {"task": "feedback.tasks.daily_stats_refresh_recent_task", "schedule": 900.0},
-    # Every enabled alert rule, its incidents opened and resolved (feedback/alerts.py).
+    # Every enabled alert rule, its incidents opened and resolved (feedback/alerts/incidents.py).
     "evaluate-alerts": {"task": "feedback.tasks.alerts_evaluate_task", "schedule": 60.0},
 }
 

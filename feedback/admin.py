@@ -232,7 +232,7 @@ class LoginFailuresAdmin(admin.ModelAdmin):
 
 @admin.register(models.AlertRule)
 class AlertRuleAdmin(admin.ModelAdmin):
-    """Alert rules are written here; beat evaluates them every minute (feedback/alerts.py)."""
+    """Alert rules are written here; beat evaluates them every minute (feedback/alerts/)."""
 
     list_display = ["name", "kind", "task_kind", "enabled", "updated_at"]
     list_filter = ["kind", "enabled"]

@@ -74,5 +74,5 @@ def demo_loop(*, tasks_per_phase: int, lock_token: str) -> None:
 
 def alert_deliver(delivery_id: int, *, countdown: float | None = None) -> None:
     """Have a worker make the next attempt of an alert's notification (``countdown``: a retry's
-    wait). A lost message is sent again by beat's evaluation of the alerts (alerts.py)."""
+    wait). A lost message is sent again by beat's evaluation of the alerts (alerts/delivery.py)."""
     _after_commit(ALERT_DELIVER, delivery_id, countdown=countdown)

@@ -107,7 +107,7 @@ def daily_stats_refresh_recent_task() -> None:
 @shared_task(ignore_result=True, soft_time_limit=300)
 def alerts_evaluate_task() -> None:
     # Beat's every-minute job. Two at once (a second beat, a redelivery) open and resolve each
-    # incident once all the same: see feedback/alerts.py.
+    # incident once all the same: see feedback/alerts/.
     alerts_evaluate()
 
 

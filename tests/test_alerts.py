@@ -1,4 +1,4 @@
-"""Alerts (feedback/alerts.py) on real parts: rules of every kind opening on runs made the way the
+"""Alerts (feedback/alerts/) on real parts: rules of every kind opening on runs made the way the
 agent makes them, one notification per opening and per resolution to a real webhook receiver (an
 HTTP server started here) and through Django's mail, retries, evaluations at the same moment on
 PostgreSQL, and the history page."""

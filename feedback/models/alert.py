@@ -1,4 +1,4 @@
-"""Alert rules, the incidents they open and resolve, and each notification of them (feedback/alerts.py)."""
+"""Alert rules, the incidents they open and resolve, and each notification of them (feedback/alerts/)."""
 
 import secrets
 
@@ -183,7 +183,7 @@ class AlertDelivery(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
     # When a worker may make the next attempt; a worker making one moves it past its timeout, so
-    # a duplicate message finds the delivery taken (feedback/alerts.py, alert_deliver).
+    # a duplicate message finds the delivery taken (feedback/alerts/delivery.py, alert_deliver).
     next_attempt_at = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(default=timezone.now)
     delivered_at = models.DateTimeField(null=True, blank=True)
