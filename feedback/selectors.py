@@ -1,6 +1,7 @@
 """The read queries behind the pages."""
 
 import difflib
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -79,24 +80,28 @@ def _listed(rows: QuerySet, *, to: str) -> Subquery:
     return Subquery(listed.annotate(listed=StringAgg(item, Value(","), **order)).values("listed"))
 
 
+@functools.cache
+def _run_states() -> QuerySet[Run]:
+    """Every run's state, as ``run_state`` reads one of them. Built once a process, as a module's
+    queryset is: a live page asks for its run's state every second, and building these
+    subqueries cost 2.5 ms of the 4 ms each answer took (its SQL: half a millisecond)."""
+    last_step = Step.objects.filter(run=OuterRef("pk")).order_by("-index").values("index")[:1]
+    return Run.objects.values(
+        *RUN_STATE,
+        owner=F("task__created_by"),
+        last_step=Subquery(last_step),
+        evaluations_listed=_listed(Evaluation.objects.all(), to="run"),
+        confirmations_listed=_listed(ToolConfirmation.objects.all(), to="run"),
+        children_listed=_listed(Run.objects.all(), to="parent"),
+    )
+
+
 def run_state(run_id: int) -> dict | None:
     """What a run's page shows changes only when this does, in one query: its row's columns that
     show, the index of its last step (each step is written once), its evaluations, its
     confirmations and its sub-agent runs with their statuses, and who submitted it (for who may
     see it). None when there is no such run."""
-    last_step = Step.objects.filter(run=OuterRef("pk")).order_by("-index").values("index")[:1]
-    return (
-        Run.objects.filter(pk=run_id)
-        .values(
-            *RUN_STATE,
-            owner=F("task__created_by"),
-            last_step=Subquery(last_step),
-            evaluations_listed=_listed(Evaluation.objects.all(), to="run"),
-            confirmations_listed=_listed(ToolConfirmation.objects.all(), to="run"),
-            children_listed=_listed(Run.objects.all(), to="parent"),
-        )
-        .first()
-    )
+    return next(iter(_run_states().filter(pk=run_id)[:1]), None)
 
 
 def workspaces_usable_by(user: AbstractBaseUser) -> QuerySet[Workspace]:
