@@ -125,6 +125,16 @@ def run_list(user: AbstractBaseUser, *, status: str = "", kind: str = "") -> Que
     return runs
 
 
+# What a row of the run list shows (templates/feedback/run_list.html#run-row): a page of fifty
+# runs need not read their prompts, answers, plans and submitters.
+RUN_ROW_COLUMNS = ("task__text", "task_kind", "status", "outcome", "step_count", "score", "created_at")
+
+
+def run_rows(user: AbstractBaseUser) -> QuerySet[Run]:
+    """``run_list`` with only the columns its rows show."""
+    return run_list(user).select_related(None).select_related("task").only(*RUN_ROW_COLUMNS)
+
+
 # --- the run list: filters, search, keyset pages ---------------------------------------------
 # Sort name -> (the ordering key, newest/highest first?). Every order ends on id so the keyset
 # cursor (value, id) names exactly one row even when values repeat.

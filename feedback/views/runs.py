@@ -69,7 +69,7 @@ def _row_state(run: Run) -> tuple:
 
 def run_list(request: HttpRequest) -> HttpResponse:
     form, filters = _list_filters(request)
-    runs = selectors.filter_runs(selectors.run_list(request.user), filters)
+    runs = selectors.filter_runs(selectors.run_rows(request.user), filters)
     sort = filters.get("sort") or "newest"
     page = selectors.run_page(
         runs, sort=sort, cursor=request.GET.get("after", ""), before=request.GET.get("before", ""), size=RUNS_PER_PAGE
@@ -111,7 +111,8 @@ def run_list_poll(request: HttpRequest) -> HttpResponse:
     rows = {}
     if watched:
         # Not through the filters: a row that stops matching them (its status) still shows its end.
-        visible = selectors.runs_visible_to(request.user).filter(pk__in=watched).select_related("task")
+        visible = selectors.runs_visible_to(request.user).filter(pk__in=watched)
+        visible = visible.select_related("task").only(*selectors.RUN_ROW_COLUMNS)
         rows = {run.pk: run for run in visible}
     newer = None
     if "newer_than" in request.GET:
