@@ -147,9 +147,10 @@ def _wrk(
         script.write(WRK_SCRIPT)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as paths:
         paths.write("".join(f"{path}\t{etag}\n" for path, etag in targets))
-    env = {**os.environ, "BENCH_PATHS": paths.name, "BENCH_THREADS": str(WRK_THREADS)}
+    threads = min(WRK_THREADS, clients)  # wrk gives each thread one connection at least
+    env = {**os.environ, "BENCH_PATHS": paths.name, "BENCH_THREADS": str(threads)}
     out = subprocess.run(
-        ["wrk", "-t", str(WRK_THREADS), "-c", str(clients), "-d", f"{max(1, round(seconds))}s", "--timeout", "30s",
+        ["wrk", "-t", str(threads), "-c", str(clients), "-d", f"{max(1, round(seconds))}s", "--timeout", "30s",
          "-s", script.name, "-H", f"Cookie: {cookie}", base],
         capture_output=True, text=True, check=True, env=env,
     ).stdout  # fmt: skip
@@ -286,7 +287,8 @@ def run(
 ) -> list[Result]:
     """Each family of pages under ``clients`` clients, every request a different URL (the server
     keeps no page cache: each one is rendered), against /healthz in the same run; then the live
-    trace pages revalidated, as a browser's poll does (If-None-Match: 304 when nothing changed)."""
+    trace pages revalidated, as a browser's poll does (If-None-Match: 304 when nothing changed).
+    Each family, and /healthz, also with one client alone: what an answer costs, not its queue."""
     tool = "wrk" if shutil.which("wrk") else "python load generator"
     families = page_families(random.Random(7), size)
     cache.clear()
@@ -298,6 +300,9 @@ def run(
         results.append(
             Result("dashboard", "constant page /healthz, p95 (baseline)", p95, "ms", p95, note=f"{n} requests, {tool}")
         )
+        # One client alone: what each answer costs when nothing waits in front of it.
+        alone, _, n = measure(server.base, [("/healthz", "")], cookie, 1, seconds / 2)
+        results.append(Result("dashboard", "constant page /healthz, one client, p50", alone, "ms", alone))
         for name, paths in families:
             if not paths:
                 results.append(Result("dashboard", name, None, "ms", note="no such page in this history"))
@@ -306,21 +311,25 @@ def run(
             # others keep their figures.
             try:
                 q50, q95, n = measure(server.base, [(p, "") for p in paths], cookie, clients, seconds)
+                one, _, m = measure(server.base, [(p, "") for p in paths[::-1]], cookie, 1, seconds / 2)
             except Exception as exc:
                 results.append(report.failed("dashboard", f"{name}, p95", exc))
                 continue
             note = f"{n} requests over {len(paths):,} URLs, {tool}" if n else f"no request finished ({tool})"
             results.append(Result("dashboard", f"{name}, p50", q50, "ms", p50))
             results.append(Result("dashboard", f"{name}, p95", q95, "ms", p95, target=5.0, note=note))
+            results.append(Result("dashboard", f"{name}, one client, p50", one, "ms", alone, note=f"{m} requests"))
         name = "trace page revalidated (If-None-Match, 304)"
         try:
             live = families[0][1][:200]
             revalidated = [(path, etag) for path in live if (etag := _etag(server.base, path, cookie))]
             if revalidated:
                 q50, q95, n = measure(server.base, revalidated, cookie, clients, seconds)
+                one, _, m = measure(server.base, revalidated[::-1], cookie, 1, seconds / 2)
                 note = f"{n} requests over {len(revalidated)} URLs, {tool}"
                 results.append(Result("dashboard", f"{name}, p50", q50, "ms", p50))
                 results.append(Result("dashboard", f"{name}, p95", q95, "ms", p95, target=5.0, note=note))
+                results.append(Result("dashboard", f"{name}, one client, p50", one, "ms", alone, note=f"{m} requests"))
         except Exception as exc:
             results.append(report.failed("dashboard", f"{name}, p95", exc))
     return results

@@ -43,6 +43,8 @@ What the figures include:
   of earlier tables is one row now). The last rows are the browser's own cache: a trace page
   revalidated with `If-None-Match`, answered 304 when nothing changed, as a live page's poll is.
   Every page's p95 is compared with `/healthz`'s p95 in the same run (target: at most 5x).
+  Each family is then asked by one client alone for half as long ("one client, p50": what an
+  answer costs when no request waits in front of it), against `/healthz` alone.
 - **mining**: `feedback.strategies.mining.mine(window_days=...)` (every pattern kind, in SQL),
   over an explicit full year (`window_days=365`: the whole history) and over a window of about
   100,000 runs; baseline: one pass over the window's error steps.

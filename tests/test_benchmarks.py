@@ -82,6 +82,10 @@ def test_dashboard_latency(history, tmp_path, monkeypatch):
     families = [r for r in results[2:] if r.measure.endswith("p95") and "revalidated" not in r.measure]
     assert len(families) == 5 and all(r.target == 5.0 for r in families)
     assert all(int(r.note.split(" URLs")[0].split(" over ")[1].replace(",", "")) > 1 for r in families)
+    # Each family, the 304 and /healthz once more with one client alone: what an answer costs.
+    alone = [r for r in results if "one client" in r.measure]
+    assert len(alone) == 7 and all(r.value > 0 and r.target is None for r in alone)
+    assert alone[0].measure == "constant page /healthz, one client, p50"
 
     paths = dashboard.page_families(random.Random(7), 20)
     for _, urls in paths:
