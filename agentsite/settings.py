@@ -316,7 +316,7 @@ RUN_STALE_AFTER_SECONDS = env.float("RUN_STALE_AFTER_SECONDS", default=60.0)
 # Mask personal data and secrets (emails, phones, cards, API keys) before anything is stored.
 PRIVACY_MASKING = env.bool("PRIVACY_MASKING", default=True)
 
-# --- OpenTelemetry export of runs (feedback/otel_export.py) ---------------------------------------
+# --- OpenTelemetry export of runs (feedback/otel_export/) -----------------------------------------
 # Off by default. On, every run is sent once evaluated, as GenAI spans, to the OTLP/HTTP endpoint
 # the standard variables name, which the exporter reads itself: OTEL_EXPORTER_OTLP_ENDPOINT (or
 # _TRACES_ENDPOINT), _HEADERS, _TIMEOUT, _COMPRESSION, _CERTIFICATE. OTEL_SDK_DISABLED turns it off.

@@ -56,7 +56,7 @@ def run_evaluate(run_id: int, *, expected_round: int | None = None) -> None:
 
 def run_export(run_id: int) -> None:
     """Have a worker send the ended run's trace to the OpenTelemetry endpoint, when
-    OTEL_EXPORT_RUNS is on (feedback/otel_export.py); again after a change to its scores."""
+    OTEL_EXPORT_RUNS is on (feedback/otel_export/); again after a change to its scores."""
     if settings.OTEL_EXPORT_RUNS:
         _after_commit(RUN_EXPORT, run_id)
 

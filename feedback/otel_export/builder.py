@@ -1,39 +1,5 @@
-"""OpenTelemetry export of runs (``OTEL_EXPORT_RUNS``, off by default).
+"""A run's spans, built with the SDK from its steps, attempts, confirmations and evaluations."""
 
-Once a run has been evaluated, a worker task (``queue.run_export``) builds the run's spans from
-what was recorded, in the OpenTelemetry GenAI semantic conventions, and sends them with the
-official SDK's OTLP/HTTP exporter to the endpoint the standard variables name
-(``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_HEADERS``...): an OpenTelemetry Collector,
-Langfuse, Arize Phoenix, LangSmith. Built after the run, the export never slows or breaks the
-agent loop, and a run resumed after its worker died is exported once, whole.
-
-A run is one trace (a sub-agent's run joins the trace of the run that delegated to it)::
-
-    invoke_agent {task kind}     the run; a sub-agent's run hangs from its delegate call's span
-      chat {model}               one per model call (a turn of the loop), with its tokens
-      execute_tool {tool}        one per tool call, error.type when it failed
-      (events)                   gen_ai.evaluation.result per evaluation, reflections
-
-Ids are derived from the run and its steps (an HMAC keyed by SECRET_KEY: stable, and distinct
-between installations sending to one backend), so exporting again (a re-evaluation, a reviewer's
-score, a retry) sends the same spans with their latest attributes, which a receiver that keys
-spans by id keeps once.
-
-Timing: a tool span has its call's recorded start and end. A model call is recorded without
-them; its span covers the time between the recorded moments around it (from the end of the
-previous calls to the start of the calls it asked for, or to a confirmation request, or to the
-run's end), shared equally by the model calls that fall in one such gap.
-
-Privacy: without ``OTEL_CAPTURE_CONTENT`` nothing a person, the model or a tool wrote leaves
-the installation: names, ids, counts, times, error classes and scores only. With it, the stored
-values, which are masked (feedback/privacy.py); with ``PRIVACY_MASKING`` off, no content is
-sent whatever ``OTEL_CAPTURE_CONTENT`` says.
-"""
-
-import hashlib
-import hmac
-import json
-import logging
 import os
 from collections import defaultdict
 from collections.abc import Iterable
@@ -43,122 +9,28 @@ from typing import Any
 from django.conf import settings
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from feedback import privacy
 from feedback.models import AppliedStrategy, Evaluation, Run, Step
 
-logger = logging.getLogger(__name__)
-
-SCOPE = "agent_feedback.runs"
-# Our own attributes, beside the gen_ai.* ones.
-NS = "agent_feedback."
-# Spans per request: a run of ten thousand steps goes in several.
-BATCH_SPANS = 512
-# Captured content is cut to this many characters per attribute, unless the standard
-# OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT (or its span-only form) says otherwise.
-CONTENT_MAX_CHARS = 16_384
-_LENGTH_LIMIT_VARIABLES = ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+from .config import _LENGTH_LIMIT_VARIABLES, CONTENT_MAX_CHARS, NS, SCOPE, capture_content
+from .errors import ExportNotReady
+from .ids import _RecordedIds, span_id_of, trace_id_of
+from .values import _attributes, _json, _nanos, _run_error
 
 _MODEL_STEPS = (Step.Kind.THOUGHT, Step.Kind.FINAL, Step.Kind.MODEL_ERROR)
 # gen_ai.provider.name by the run's llm_backend; any other backend is named as it is.
 _PROVIDERS = {"openai": "openai", "offline": "offline_demo"}
-# error.type of a failed or cancelled run, from the beginning of the reason the loop recorded.
-_RUN_ERRORS = (
-    ("Step limit", "step_limit"),
-    ("Time limit", "time_limit"),
-    ("The model could not be reached", "model_unreachable"),
-    ("The model gave", "unusable_replies"),
-    ("Stopped: the same call failed", "repeated_failure"),
-    ("Internal error", "internal_error"),
-)
-
-
-class ExportFailed(Exception):
-    """The spans did not reach the receiver (down, refused, 4xx/5xx, timeout): the task retries."""
-
-
-class ExportNotReady(ExportFailed):
-    """A sub-agent's run whose delegate call its parent has not recorded yet: exported later,
-    under that call's span."""
-
-
-def capture_content() -> bool:
-    if settings.OTEL_CAPTURE_CONTENT and not privacy.enabled():
-        logger.warning("OTEL_CAPTURE_CONTENT is ignored: PRIVACY_MASKING is off, and content is only sent masked")
-        return False
-    return settings.OTEL_CAPTURE_CONTENT
-
-
-def run_trace_export(*, run_id: int) -> int:
-    """Send the ended run's spans to the OTLP endpoint; returns how many were sent (0 for a run
-    that is gone or not over). Raises ExportFailed when the receiver did not take them."""
-    run = Run.objects.select_related("task").filter(pk=run_id).first()
-    if run is None or run.is_active:
-        return 0
-    spans = run_spans(run)
-    exporter = OTLPSpanExporter()
-    try:
-        for start in range(0, len(spans), BATCH_SPANS):
-            if exporter.export(spans[start : start + BATCH_SPANS]) is not SpanExportResult.SUCCESS:
-                # The exporter logged the receiver's answer; a retry sends the whole run again.
-                raise ExportFailed(f"the OTLP endpoint did not take the spans of run {run_id}")
-    finally:
-        exporter.shutdown()
-    logger.info("run %s exported: %s spans", run_id, len(spans))
-    return len(spans)
 
 
 def run_spans(run: Run) -> list[ReadableSpan]:
     """The run's spans, built with the SDK from what the run recorded."""
     return _TraceBuilder(run, content=capture_content()).build()
-
-
-# --- ids -----------------------------------------------------------------------------------
-def _digest(key: str) -> bytes:
-    return hmac.new(settings.SECRET_KEY.encode(), f"otel:{key}".encode(), hashlib.sha256).digest()
-
-
-def trace_id_of(top_run_id: int) -> int:
-    return int.from_bytes(_digest(f"trace:{top_run_id}")[:16]) or 1
-
-
-def span_id_of(key: str) -> int:
-    return int.from_bytes(_digest(key)[:8]) or 1
-
-
-class _RecordedIds(IdGenerator):
-    """The SDK's hook for span ids, handing out the ids decided for the next span."""
-
-    def __init__(self) -> None:
-        self.trace_id = self.span_id = 0
-
-    def generate_trace_id(self) -> int:
-        return self.trace_id
-
-    def generate_span_id(self) -> int:
-        return self.span_id
-
-
-# --- building ------------------------------------------------------------------------------
-def _nanos(moment: datetime) -> int:
-    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
-
-
-def _attributes(values: dict[str, Any]) -> dict[str, Any]:
-    """Without the values OpenTelemetry cannot carry (None) or that say nothing (empty)."""
-    return {k: v for k, v in values.items() if v is not None and v != "" and v != []}
-
-
-def _json(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _share(windows: dict, turns: list[int], since: datetime, until: datetime) -> None:
@@ -488,11 +360,3 @@ class _TraceBuilder:
             error=(step.error_class or "_OTHER") if step.success is False else "",
             error_message=step.error,
         )
-
-
-def _run_error(run: Run) -> str:
-    if run.status == Run.Status.CANCELLED:
-        return "cancelled"
-    if run.status != Run.Status.FAILED:
-        return ""
-    return next((kind for start, kind in _RUN_ERRORS if run.error.startswith(start)), "_OTHER")

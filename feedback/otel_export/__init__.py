@@ -1,0 +1,54 @@
+"""OpenTelemetry export of runs (``OTEL_EXPORT_RUNS``, off by default).
+
+Once a run has been evaluated, a worker task (``queue.run_export``) builds the run's spans from
+what was recorded, in the OpenTelemetry GenAI semantic conventions, and sends them with the
+official SDK's OTLP/HTTP exporter to the endpoint the standard variables name
+(``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_HEADERS``...): an OpenTelemetry Collector,
+Langfuse, Arize Phoenix, LangSmith. Built after the run, the export never slows or breaks the
+agent loop, and a run resumed after its worker died is exported once, whole.
+
+A run is one trace (a sub-agent's run joins the trace of the run that delegated to it)::
+
+    invoke_agent {task kind}     the run; a sub-agent's run hangs from its delegate call's span
+      chat {model}               one per model call (a turn of the loop), with its tokens
+      execute_tool {tool}        one per tool call, error.type when it failed
+      (events)                   gen_ai.evaluation.result per evaluation, reflections
+
+Ids are derived from the run and its steps (an HMAC keyed by SECRET_KEY: stable, and distinct
+between installations sending to one backend), so exporting again (a re-evaluation, a reviewer's
+score, a retry) sends the same spans with their latest attributes, which a receiver that keys
+spans by id keeps once.
+
+Timing: a tool span has its call's recorded start and end. A model call is recorded without
+them; its span covers the time between the recorded moments around it (from the end of the
+previous calls to the start of the calls it asked for, or to a confirmation request, or to the
+run's end), shared equally by the model calls that fall in one such gap.
+
+Privacy: without ``OTEL_CAPTURE_CONTENT`` nothing a person, the model or a tool wrote leaves
+the installation: names, ids, counts, times, error classes and scores only. With it, the stored
+values, which are masked (feedback/privacy.py); with ``PRIVACY_MASKING`` off, no content is
+sent whatever ``OTEL_CAPTURE_CONTENT`` says.
+"""
+
+from .builder import run_spans
+from .config import BATCH_SPANS, CONTENT_MAX_CHARS, NS, SCOPE, capture_content
+from .errors import ExportFailed, ExportNotReady
+from .export import run_trace_export
+from .ids import span_id_of, trace_id_of
+from .values import _json, _nanos
+
+__all__ = [
+    "BATCH_SPANS",
+    "CONTENT_MAX_CHARS",
+    "NS",
+    "SCOPE",
+    "ExportFailed",
+    "ExportNotReady",
+    "_json",
+    "_nanos",
+    "capture_content",
+    "run_spans",
+    "run_trace_export",
+    "span_id_of",
+    "trace_id_of",
+]
