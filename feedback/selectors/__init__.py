@@ -1,0 +1,61 @@
+"""The read queries behind the pages, one module a job: who sees which run and its state (runs),
+the run list (run_listing), workspaces, strategies, evaluation and alerts.
+
+Every name is re-exported here, so ``selectors.X`` reads as before. A tunable (SEARCH_FEW_TASKS,
+NEWER_RUNS_SHOWN) is read by the module that defines it: change it there, since assigning it here
+only rebinds this package's copy of the name.
+"""
+
+from .alerts import alert_incidents, alert_rules
+from .evaluation import DISAGREEMENT, LOW_SCORE, review_queue, run_evaluations
+from .run_listing import (
+    BEFORE_ALL_RUNS,
+    NEWER_RUNS_SHOWN,
+    RUN_ROW_COLUMNS,
+    RUN_SORTS,
+    SEARCH_CONFIG,
+    SEARCH_FEW_TASKS,
+    RunPage,
+    filter_runs,
+    newer_runs,
+    run_cursor,
+    run_list,
+    run_page,
+    run_rows,
+    search_runs,
+)
+from .runs import RUN_STATE, run_applied_strategies, run_state, run_visible_to, runs_visible_to
+from .strategies import strategy_detail, strategy_list, strategy_prompt_diff
+from .workspaces import workspaces_usable_by
+
+__all__ = [
+    "BEFORE_ALL_RUNS",
+    "DISAGREEMENT",
+    "LOW_SCORE",
+    "NEWER_RUNS_SHOWN",
+    "RUN_ROW_COLUMNS",
+    "RUN_SORTS",
+    "RUN_STATE",
+    "SEARCH_CONFIG",
+    "SEARCH_FEW_TASKS",
+    "RunPage",
+    "alert_incidents",
+    "alert_rules",
+    "filter_runs",
+    "newer_runs",
+    "review_queue",
+    "run_applied_strategies",
+    "run_cursor",
+    "run_evaluations",
+    "run_list",
+    "run_page",
+    "run_rows",
+    "run_state",
+    "run_visible_to",
+    "runs_visible_to",
+    "search_runs",
+    "strategy_detail",
+    "strategy_list",
+    "strategy_prompt_diff",
+    "workspaces_usable_by",
+]
