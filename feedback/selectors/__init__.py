@@ -1,20 +1,17 @@
 """The read queries behind the pages, one module a job: who sees which run and its state (runs),
 the run list (run_listing), workspaces, strategies, evaluation and alerts.
 
-Every name is re-exported here, so ``selectors.X`` reads as before. A tunable (SEARCH_FEW_TASKS,
-NEWER_RUNS_SHOWN) is read by the module that defines it: change it there, since assigning it here
-only rebinds this package's copy of the name.
+Every query is re-exported here, so ``selectors.X`` reads as before. The run list's tunables
+(SEARCH_FEW_TASKS, NEWER_RUNS_SHOWN) are not: they are read, and changed, in run_listing alone.
 """
 
 from .alerts import alert_incidents, alert_rules
 from .evaluation import DISAGREEMENT, LOW_SCORE, review_queue, run_evaluations
 from .run_listing import (
     BEFORE_ALL_RUNS,
-    NEWER_RUNS_SHOWN,
     RUN_ROW_COLUMNS,
     RUN_SORTS,
     SEARCH_CONFIG,
-    SEARCH_FEW_TASKS,
     RunPage,
     filter_runs,
     newer_runs,
@@ -32,12 +29,10 @@ __all__ = [
     "BEFORE_ALL_RUNS",
     "DISAGREEMENT",
     "LOW_SCORE",
-    "NEWER_RUNS_SHOWN",
     "RUN_ROW_COLUMNS",
     "RUN_SORTS",
     "RUN_STATE",
     "SEARCH_CONFIG",
-    "SEARCH_FEW_TASKS",
     "RunPage",
     "alert_incidents",
     "alert_rules",

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_POST
 from feedback import selectors, services, traces
 from feedback.forms import RunFilterForm
 from feedback.models import Run, ToolConfirmation
+from feedback.selectors import run_listing
 
 from . import conditional
 from .confirmations import with_arguments_shown
@@ -164,8 +165,8 @@ def _list_poll(query: QueryDict, runs: list[Run], *, newer_than: str | None) -> 
 def _newer(query: QueryDict, count: int) -> dict:
     return {
         "count": count,
-        "more": count > selectors.NEWER_RUNS_SHOWN,
-        "shown": min(count, selectors.NEWER_RUNS_SHOWN),
+        "more": count > run_listing.NEWER_RUNS_SHOWN,
+        "shown": min(count, run_listing.NEWER_RUNS_SHOWN),
         # The list itself shows them.
         "show_url": _href(query),
     }
