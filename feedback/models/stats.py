@@ -8,7 +8,7 @@ class DailyRunStats(models.Model):
     a year as ~365 rows per kind instead of a million runs and ten million steps.
 
     A run belongs to the day of its ``created_at`` in the project's time zone. The counts follow
-    the definitions in feedback/metrics.py exactly (they are computed by its queries): a run's
+    the definitions in feedback/metrics/counts.py exactly (they are computed by its queries): a run's
     figures are added when it ends, and what a later change does to them (a reviewer's score, a
     re-run) when it happens (feedback/rollups.py); ``manage.py rebuild_daily_stats`` recounts.
     """
