@@ -37,6 +37,16 @@ def _fresh_cache():
 
 
 @pytest.fixture(autouse=True)
+def _default_language():
+    # A request in another language leaves it active in the thread (LocaleMiddleware activates,
+    # nothing deactivates): the next test's messages would be translated.
+    from django.utils import translation
+
+    yield
+    translation.deactivate()
+
+
+@pytest.fixture(autouse=True)
 def _isolated_folders(settings, tmp_path):
     settings.WORKSPACES_ROOT = tmp_path / "workspaces"
     settings.RUN_SANDBOXES_ROOT = tmp_path / "runs"
