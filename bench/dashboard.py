@@ -303,6 +303,18 @@ def run(
         # One client alone: what each answer costs when nothing waits in front of it.
         alone, _, n = measure(server.base, [("/healthz", "")], cookie, 1, seconds / 2)
         results.append(Result("dashboard", "constant page /healthz, one client, p50", alone, "ms", alone))
+
+        def family(name: str, targets: list[Target]) -> list[Result]:
+            """The family under ``clients`` clients (p50, p95), then with one client alone."""
+            q50, q95, n = measure(server.base, targets, cookie, clients, seconds)
+            one, _, m = measure(server.base, targets[::-1], cookie, 1, seconds / 2)
+            note = f"{n} requests over {len(targets):,} URLs, {tool}" if n else f"no request finished ({tool})"
+            return [
+                Result("dashboard", f"{name}, p50", q50, "ms", p50),
+                Result("dashboard", f"{name}, p95", q95, "ms", p95, target=5.0, note=note),
+                Result("dashboard", f"{name}, one client, p50", one, "ms", alone, note=f"{m} requests"),
+            ]
+
         for name, paths in families:
             if not paths:
                 results.append(Result("dashboard", name, None, "ms", note="no such page in this history"))
@@ -310,26 +322,15 @@ def run(
             # One family that breaks (a timeout, an error page) is reported as FAILED; the
             # others keep their figures.
             try:
-                q50, q95, n = measure(server.base, [(p, "") for p in paths], cookie, clients, seconds)
-                one, _, m = measure(server.base, [(p, "") for p in paths[::-1]], cookie, 1, seconds / 2)
+                results += family(name, [(p, "") for p in paths])
             except Exception as exc:
                 results.append(report.failed("dashboard", f"{name}, p95", exc))
-                continue
-            note = f"{n} requests over {len(paths):,} URLs, {tool}" if n else f"no request finished ({tool})"
-            results.append(Result("dashboard", f"{name}, p50", q50, "ms", p50))
-            results.append(Result("dashboard", f"{name}, p95", q95, "ms", p95, target=5.0, note=note))
-            results.append(Result("dashboard", f"{name}, one client, p50", one, "ms", alone, note=f"{m} requests"))
         name = "trace page revalidated (If-None-Match, 304)"
         try:
             live = families[0][1][:200]
             revalidated = [(path, etag) for path in live if (etag := _etag(server.base, path, cookie))]
             if revalidated:
-                q50, q95, n = measure(server.base, revalidated, cookie, clients, seconds)
-                one, _, m = measure(server.base, revalidated[::-1], cookie, 1, seconds / 2)
-                note = f"{n} requests over {len(revalidated)} URLs, {tool}"
-                results.append(Result("dashboard", f"{name}, p50", q50, "ms", p50))
-                results.append(Result("dashboard", f"{name}, p95", q95, "ms", p95, target=5.0, note=note))
-                results.append(Result("dashboard", f"{name}, one client, p50", one, "ms", alone, note=f"{m} requests"))
+                results += family(name, revalidated)
         except Exception as exc:
             results.append(report.failed("dashboard", f"{name}, p95", exc))
     return results

@@ -1,5 +1,7 @@
 """The figures the metrics page and the API show: each a few sums of the per-period counts."""
 
+from collections.abc import Callable
+
 from django.db.models import Count, Q, Sum
 
 from feedback.models import DailyRunStats, StrategyEvent, Task
@@ -10,6 +12,16 @@ from .window import Window, rate, split_window, whole_days
 
 def _total(rows: list[dict]) -> dict:
     return {c: sum(r[c] for r in rows) for c in DailyRunStats.COUNTS}
+
+
+def _per_period(figures: Callable[[dict], dict], window: Window, counts: list[dict] | None) -> list[dict]:
+    """``figures`` of each period's counts (``counts``, or the window's own)."""
+    return [{"period": c["period"], **figures(c)} for c in counts or period_counts(window)]
+
+
+def _over_window(figures: Callable[[dict], dict], window: Window, counts: list[dict] | None) -> dict:
+    """``figures`` of the whole window's counts added up."""
+    return figures(_total(counts or period_counts(window)))
 
 
 # --- average score and success rate ------------------------------------------------------------
@@ -37,12 +49,12 @@ def score_trend(window: Window, counts: list[dict] | None = None) -> list[dict]:
       are. A run that merely ended with an answer (status *succeeded*, "Answered") is not a
       success: ``succeeded`` still counts those, apart. Queued and running runs are left out.
     """
-    return [{"period": c["period"], **_score_figures(c)} for c in counts or period_counts(window)]
+    return _per_period(_score_figures, window, counts)
 
 
 def score_summary(window: Window, counts: list[dict] | None = None) -> dict:
     """The same two figures over the whole window."""
-    return _score_figures(_total(counts or period_counts(window)))
+    return _over_window(_score_figures, window, counts)
 
 
 # --- repeated errors -------------------------------------------------------------------------
@@ -67,11 +79,11 @@ def repeated_error_trend(window: Window, counts: list[dict] | None = None) -> li
     - ``repeated_per_run``: repeated errors / runs created in the period (what a run costs us
       in mistakes we had already made once).
     """
-    return [{"period": c["period"], **_error_figures(c)} for c in counts or period_counts(window)]
+    return _per_period(_error_figures, window, counts)
 
 
 def repeated_error_summary(window: Window, counts: list[dict] | None = None) -> dict:
-    return _error_figures(_total(counts or period_counts(window)))
+    return _over_window(_error_figures, window, counts)
 
 
 # --- human interventions -----------------------------------------------------------------------
@@ -88,11 +100,11 @@ def intervention_trend(window: Window, counts: list[dict] | None = None) -> list
     """**Human-intervention rate** per period: runs that needed a person for at least one of
     the reasons above / all runs created in the period. A run counts once, however many
     reasons it has; the per-reason counts are given too."""
-    return [{"period": c["period"], **_intervention_figures(c)} for c in counts or period_counts(window)]
+    return _per_period(_intervention_figures, window, counts)
 
 
 def intervention_summary(window: Window, counts: list[dict] | None = None) -> dict:
-    return _intervention_figures(_total(counts or period_counts(window)))
+    return _over_window(_intervention_figures, window, counts)
 
 
 # --- cost ----------------------------------------------------------------------------------------
@@ -111,11 +123,11 @@ def cost_trend(window: Window, counts: list[dict] | None = None) -> list[dict]:
     calls at its model's price when they were made: feedback/costs.py), and the cost per run
     over the runs that have one. A run whose model has no price is *unpriced*: counted apart,
     never as a cost of 0."""
-    return [{"period": c["period"], **_cost_figures(c)} for c in counts or period_counts(window)]
+    return _per_period(_cost_figures, window, counts)
 
 
 def cost_summary(window: Window, counts: list[dict] | None = None) -> dict:
-    return _cost_figures(_total(counts or period_counts(window)))
+    return _over_window(_cost_figures, window, counts)
 
 
 _COST_COUNTS = ("ended", "costed", "cost_sum")

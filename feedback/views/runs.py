@@ -112,9 +112,8 @@ def run_list_poll(request: HttpRequest) -> HttpResponse:
     rows = {}
     if watched:
         # Not through the filters: a row that stops matching them (its status) still shows its end.
-        visible = selectors.runs_visible_to(request.user).filter(pk__in=watched)
-        visible = visible.select_related("task").only(*selectors.RUN_ROW_COLUMNS)
-        rows = {run.pk: run for run in visible}
+        # Not through the filters: a row that stops matching them (its status) still shows its end.
+        rows = {run.pk: run for run in selectors.run_rows(request.user).filter(pk__in=watched)}
     newer = None
     if "newer_than" in request.GET:
         runs = selectors.filter_runs(selectors.run_list(request.user), filters)
