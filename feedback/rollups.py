@@ -94,8 +94,8 @@ def _counts(window: metrics.Window, by: tuple[str, ...]) -> dict[tuple, Figures]
 
 def _figures(run: Run) -> Figures:
     """One run's figures: what the metric queries count for it, read with three small queries
-    (the run with its intervention flags, its errors by signature, marked repeated or not, its tool calls) and
-    counted here. The grouped aggregates the recount uses cost ten times as much to build for one
+    (the run with its intervention flags, its errors by signature marked repeated or not, its
+    tool calls) and counted here. The grouped aggregates the recount uses cost ten times as much to build for one
     run; tests/test_rollups.py checks that what runs add always equals a recount."""
     window = metrics.Window.of_run(run)
     row = metrics.runs_with_intervention_flags(window).values(
