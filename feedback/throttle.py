@@ -42,7 +42,7 @@ from django.conf import settings
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, F, Q, QuerySet, Value, When
 from django.dispatch import receiver
 from django.http import HttpRequest
 from django.utils import timezone
@@ -103,7 +103,7 @@ def _targets(username: str | None, address: str | None) -> Iterator[Target]:
         yield Scope.ADDRESS, address
 
 
-def _rows(targets: Iterable[Target]):
+def _rows(targets: Iterable[Target]) -> QuerySet[LoginFailures]:
     query = Q(pk__in=[])
     for scope, key in targets:
         query |= Q(scope=scope, key=key)
@@ -185,7 +185,7 @@ def login_attempt_reserve(*, username: str | None, address: str | None) -> tuple
     return [], timezone.now()
 
 
-def login_failure_record(targets: Iterable[Target]) -> None:
+def login_failure_record(*, targets: Iterable[Target]) -> None:
     """A reserved attempt failed: its time is the last failure's. A row that went meanwhile (an
     Unlock, or a whole period passed) counts it again from one."""
     now = timezone.now()
@@ -241,7 +241,7 @@ def _login_failed(sender, credentials: dict, request: HttpRequest | None = None,
     if not reserved:
         return  # refused by the lockout, not a guess at the password
     setattr(request, RESERVED, [])
-    login_failure_record(reserved)
+    login_failure_record(targets=reserved)
     username = credentials.get("username")
     address = client_address(request)
     until = login_locked_until(username=username, address=address)
