@@ -128,6 +128,12 @@ LOGIN_LOCKOUT_SECONDS = env.int("LOGIN_LOCKOUT_SECONDS", default=15 * 60)
 # it passes the client's (e.g. X-Forwarded-For, whose right-most address is used, or X-Real-IP).
 # Never set by default: without such a proxy any client could claim any address in it.
 LOGIN_CLIENT_IP_HEADER = env.str("LOGIN_CLIENT_IP_HEADER", default="")
+# Password-reset mails (feedback/throttle.py): this many for one email address, or asked from one
+# client address, within PASSWORD_RESET_MAIL_SECONDS of one another; past it the page answers the
+# same and sends nothing until that long after the last. 0: no limit.
+PASSWORD_RESET_MAILS_PER_EMAIL = env.int("PASSWORD_RESET_MAILS_PER_EMAIL", default=3)
+PASSWORD_RESET_MAILS_PER_IP = env.int("PASSWORD_RESET_MAILS_PER_IP", default=10)
+PASSWORD_RESET_MAIL_SECONDS = env.int("PASSWORD_RESET_MAIL_SECONDS", default=60 * 60)
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {

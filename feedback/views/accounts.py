@@ -1,12 +1,12 @@
 """The account pages that need more than Django's auth views: a login that says when it is
-throttled, a password reset that lifts the account's lockout, and the answer to a request that
-was refused."""
+throttled, a password reset whose mails are limited and that lifts the account's lockout, and the
+answer to a request that was refused."""
 
 import math
 
 from django.contrib.auth import views as auth_views
 from django.core.exceptions import NON_FIELD_ERRORS
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, HttpResponseRedirect
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views import defaults
@@ -26,6 +26,15 @@ class LoginView(auth_views.LoginView):
             response.status_code = 429
             response["Retry-After"] = str(max(1, math.ceil((until - timezone.now()).total_seconds())))
         return response
+
+
+class PasswordResetView(auth_views.PasswordResetView):
+    def form_valid(self, form) -> HttpResponse:
+        address = throttle.client_address(self.request)
+        if throttle.reset_mail_reserve(email=form.cleaned_data["email"], address=address):
+            return super().form_valid(form)
+        # Past the limit: the same answer as when a mail went (or no account has the address).
+        return HttpResponseRedirect(self.get_success_url())
 
 
 class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
