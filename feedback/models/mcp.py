@@ -3,6 +3,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from feedback.storable import validate_storable_json
+
 # No "__" and no "_" at either end: a tool's name in the registry is "<server>__<tool>", which
 # then splits one way only and never equals a built-in's name (none has "__").
 SERVER_NAME = r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$"
@@ -38,11 +40,18 @@ class McpServer(models.Model):
     enabled = models.BooleanField(_("enabled"), default=True)
     transport = models.CharField(_("transport"), max_length=10, choices=Transport.choices, default=Transport.STDIO)
     command = models.CharField(_("command"), max_length=500, blank=True, help_text=_("stdio: the program to start."))
-    args = models.JSONField(_("arguments"), default=list, blank=True, help_text=_('stdio: e.g. ["server.py"].'))
+    args = models.JSONField(
+        _("arguments"),
+        default=list,
+        blank=True,
+        validators=[validate_storable_json],
+        help_text=_('stdio: e.g. ["server.py"].'),
+    )
     env = models.JSONField(
         _("environment"),
         default=dict,
         blank=True,
+        validators=[validate_storable_json],
         help_text=_("stdio: variables for the server, added to PATH, HOME, USER, SHELL, TERM and LOGNAME only."),
     )
     url = models.URLField(_("URL"), max_length=500, blank=True, help_text=_("HTTP: e.g. https://tools.example/mcp."))
@@ -50,6 +59,7 @@ class McpServer(models.Model):
         _("headers"),
         default=dict,
         blank=True,
+        validators=[validate_storable_json],
         help_text=_('HTTP: sent with every request, e.g. {"Authorization": "Bearer …"}.'),
     )
     timeout_seconds = models.FloatField(
@@ -62,6 +72,7 @@ class McpServer(models.Model):
         _("tools to expose"),
         default=list,
         blank=True,
+        validators=[validate_storable_json],
         help_text=_("The server's names for the tools to offer; empty: all of them."),
     )
     tool_listing = models.JSONField(_("tool listing"), default=list, blank=True, editable=False)
@@ -107,6 +118,7 @@ class McpToolOverride(models.Model):
         _("result rules"),
         default=list,
         blank=True,
+        validators=[validate_storable_json],
         help_text=_('Layer-1 rules its results must pass, e.g. [{"type": "required_keys", "keys": ["id"]}].'),
     )
 
@@ -120,5 +132,8 @@ class McpToolOverride(models.Model):
         return self.tool
 
     def clean(self) -> None:
-        if not (isinstance(self.result_rules, list) and all(isinstance(r, dict) for r in self.result_rules)):
-            raise ValidationError({"result_rules": _("Expected a list of rules (objects).")})
+        from feedback.evaluation.validation import check_rules
+
+        problems = check_rules(self.result_rules)
+        if problems:
+            raise ValidationError({"result_rules": problems})
