@@ -3,7 +3,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from feedback.storable import validate_storable_json
+from feedback.storable import StorableJSONField
 
 # No "__" and no "_" at either end: a tool's name in the registry is "<server>__<tool>", which
 # then splits one way only and never equals a built-in's name (none has "__").
@@ -40,26 +40,23 @@ class McpServer(models.Model):
     enabled = models.BooleanField(_("enabled"), default=True)
     transport = models.CharField(_("transport"), max_length=10, choices=Transport.choices, default=Transport.STDIO)
     command = models.CharField(_("command"), max_length=500, blank=True, help_text=_("stdio: the program to start."))
-    args = models.JSONField(
+    args = StorableJSONField(
         _("arguments"),
         default=list,
         blank=True,
-        validators=[validate_storable_json],
         help_text=_('stdio: e.g. ["server.py"].'),
     )
-    env = models.JSONField(
+    env = StorableJSONField(
         _("environment"),
         default=dict,
         blank=True,
-        validators=[validate_storable_json],
         help_text=_("stdio: variables for the server, added to PATH, HOME, USER, SHELL, TERM and LOGNAME only."),
     )
     url = models.URLField(_("URL"), max_length=500, blank=True, help_text=_("HTTP: e.g. https://tools.example/mcp."))
-    headers = models.JSONField(
+    headers = StorableJSONField(
         _("headers"),
         default=dict,
         blank=True,
-        validators=[validate_storable_json],
         help_text=_('HTTP: sent with every request, e.g. {"Authorization": "Bearer …"}.'),
     )
     timeout_seconds = models.FloatField(
@@ -68,11 +65,10 @@ class McpServer(models.Model):
         validators=TIMEOUT_RANGE,
         help_text=_("For starting or connecting to the server, and again for each call."),
     )
-    expose = models.JSONField(
+    expose = StorableJSONField(
         _("tools to expose"),
         default=list,
         blank=True,
-        validators=[validate_storable_json],
         help_text=_("The server's names for the tools to offer; empty: all of them."),
     )
     tool_listing = models.JSONField(_("tool listing"), default=list, blank=True, editable=False)
@@ -114,11 +110,10 @@ class McpToolOverride(models.Model):
         validators=TIMEOUT_RANGE,
         help_text=_("Empty: the server's."),
     )
-    result_rules = models.JSONField(
+    result_rules = StorableJSONField(
         _("result rules"),
         default=list,
         blank=True,
-        validators=[validate_storable_json],
         help_text=_('Layer-1 rules its results must pass, e.g. [{"type": "required_keys", "keys": ["id"]}].'),
     )
 

@@ -6,7 +6,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from feedback.storable import validate_storable_json
+from feedback.storable import StorableJSONField
 
 from .run import Run
 
@@ -102,11 +102,9 @@ class StrategyVersion(models.Model):
     old_behaviour = models.TextField(_("old behaviour"), blank=True)
     new_guidance = models.TextField(_("new guidance"))
     # {"task_kinds": [...], "keywords": [...], "regex": "..."}; empty parts match everything.
-    condition = models.JSONField(
-        _("applicable condition"), default=dict, blank=True, validators=[validate_storable_json]
-    )
+    condition = StorableJSONField(_("applicable condition"), default=dict, blank=True)
     # [{"type": "tool_precondition", "tool": ..., "requires": ...}, ...] enforced by the engine.
-    guardrails = models.JSONField(_("guardrails"), default=list, blank=True, validators=[validate_storable_json])
+    guardrails = StorableJSONField(_("guardrails"), default=list, blank=True)
     worked_example = models.TextField(_("worked example"), blank=True)
     author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)

@@ -4,7 +4,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from feedback.storable import validate_storable_json
+from feedback.storable import StorableJSONField
 
 from .run import Run
 
@@ -15,7 +15,7 @@ class ToolSetting(models.Model):
     name = models.CharField(max_length=100, unique=True)
     enabled = models.BooleanField(default=True)
     timeout_seconds = models.FloatField(null=True, blank=True)
-    config = models.JSONField(default=dict, blank=True, validators=[validate_storable_json])
+    config = StorableJSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["name"]
