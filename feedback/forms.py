@@ -18,6 +18,7 @@ from feedback.agent.tools import BUILTIN_TOOLS
 from feedback.cron import MIN_GAP_MINUTES, CronError, check_schedule
 from feedback.models import AlertIncident, AlertRule, ApiToken, Run, Strategy, Task, Workspace
 from feedback.selectors import workspaces_usable_by
+from feedback.storable import validate_storable_json
 from feedback.strategies.conditions import check_condition
 
 # Uploads go into the run's workspace, where the agent's text tools read them.
@@ -261,11 +262,14 @@ class _JSONField(forms.CharField):
         # strings must never see the parsed number or list.
         text = super().clean(value)
         try:
-            return json.loads(text or "null", parse_constant=_no_constant)
+            parsed = json.loads(text or "null", parse_constant=_no_constant)
         except json.JSONDecodeError as exc:
             raise forms.ValidationError(_("Not valid JSON: %(error)s") % {"error": exc.msg}) from exc
         except (ValueError, RecursionError) as exc:
             raise forms.ValidationError(_("Not valid JSON: %(error)s") % {"error": exc}) from exc
+        # The text has no NUL, but "\u0000" in it decodes to one, which PostgreSQL refuses.
+        validate_storable_json(parsed)
+        return parsed
 
 
 def _no_constant(name: str) -> None:

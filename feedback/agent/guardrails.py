@@ -4,8 +4,9 @@ Kinds (each a dict with a "type"):
 - ``tool_precondition``: ``{"tool": "read_text_file", "requires": "list_directory"}`` — the
   tool is refused until the required tool has succeeded in this run.
 - ``parameter_rule``: ``{"tool": ..., "param": ..., "pattern": "^[^/]"}`` refuses arguments
-  that do not match; ``"action": "resolve_in_workspace"`` rewrites a file path that does not
-  exist to the one file of that name in the workspace, when there is exactly one;
+  that do not match (a search, on RE2: feedback/saferegex.py); ``"action":
+  "resolve_in_workspace"`` rewrites a file path that does not exist to the one file of that
+  name in the workspace, when there is exactly one;
   ``"action": "file_name_as_path"`` moves a value that names a workspace file (the same way) from
   that parameter to ``path``: the model gave a file's name as the text to work on.
 - ``retry_policy``: ``{"tool": ..., "timeout": 20, "max_attempts": 5}`` overrides the tool's.
@@ -20,10 +21,11 @@ The first four apply to one tool (``"tool"``); the last two to the run.
 """
 
 import json
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from feedback import saferegex
 
 from .sandbox import SandboxError, file_named, one_file_named, resolve
 from .tools import Tool
@@ -59,10 +61,8 @@ def check_guardrails(guardrails: Any) -> list[str]:
             if not isinstance(g.get("param"), str):
                 problems.append(f"Guardrail {i}: a parameter rule needs 'param'.")
             if "pattern" in g:
-                try:
-                    re.compile(g["pattern"])
-                except (re.error, TypeError):
-                    problems.append(f"Guardrail {i}: 'pattern' is not a valid regular expression.")
+                if why := saferegex.problem(g["pattern"]):
+                    problems.append(f"Guardrail {i}: 'pattern': {why}")
             elif g.get("action") not in PARAMETER_ACTIONS:
                 problems.append(f"Guardrail {i}: give a 'pattern' or an action: {', '.join(PARAMETER_ACTIONS)}.")
         if g["type"] == "retry_policy":
@@ -153,7 +153,7 @@ class Guardrails:
             value = arguments.get(rule["param"])
             if not isinstance(value, str):
                 continue
-            if "pattern" in rule and not re.search(rule["pattern"], value):
+            if "pattern" in rule and not self._allows(rule, value, notes):
                 return Decision(
                     refusal=f"Guardrail: {rule['param']}={value!r} breaks the rule {rule['pattern']!r}"
                     + (f" ({rule['message']})" if rule.get("message") else "")
@@ -171,6 +171,17 @@ class Guardrails:
                     del arguments[rule["param"]]
                     arguments["path"] = found
         return Decision(arguments=json.dumps(arguments), notes=notes)
+
+    @staticmethod
+    def _allows(rule: dict, value: str, notes: list[str]) -> bool:
+        """Whether the value matches the rule's pattern. A pattern RE2 cannot run (saved before
+        the check) is no rule: the call goes ahead, and the step says so."""
+        pattern = rule["pattern"]
+        compiled = saferegex.stored(pattern, where="A guardrail") if isinstance(pattern, str) else None
+        if compiled is None:
+            notes.append(f"Guardrail: the rule {pattern!r} for {rule['param']} cannot be used; not applied.")
+            return True
+        return compiled.search(saferegex.text(value)) is not None
 
     def _no_file(self, arguments: dict) -> bool:
         # Small models fill every parameter: path "" or "." beside the file's name as the text.

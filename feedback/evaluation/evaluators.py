@@ -14,6 +14,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
+from feedback import saferegex
 from feedback.models import Evaluation, Run
 
 # Public: the reference evaluator finds the numbers of an answer with it too (reference.py).
@@ -115,9 +116,9 @@ def rule_evaluator(run: Run, config: dict) -> Verdict:
     pattern = config.get("format_regex")
     if pattern:
         try:
-            ok = re.fullmatch(pattern, output.strip(), re.DOTALL) is not None
-        except re.error as exc:
-            raise EvaluatorError(f"format_regex is not a valid regular expression: {exc}") from exc
+            ok = saferegex.fullmatch(pattern, output.strip(), dot_all=True) is not None
+        except saferegex.PatternError as exc:
+            raise EvaluatorError(f"format_regex: {exc}") from exc
         checks.append({"check": "format_regex", "ok": ok, "message": f"matches {pattern}"})
     if not checks:
         checks.append({"check": "non_empty", "ok": bool(output.strip()), "message": "gives an answer"})

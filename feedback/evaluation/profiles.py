@@ -7,6 +7,7 @@ default reaches stored rows that still hold the old one by a data migration (002
 
 from typing import Any
 
+from feedback import saferegex
 from feedback.models import EvaluationProfile, Task
 
 EVALUATOR_NAMES = ("rule", "reference", "judge")
@@ -57,9 +58,17 @@ def check_evaluators(entries: Any) -> list[str]:
         weight = entry.get("weight", 1.0)
         if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
             problems.append(f"Entry {i}: weight must be a number ≥ 0.")
-        if not isinstance(entry.get("config", {}), dict):
+        config = entry.get("config", {})
+        if not isinstance(config, dict):
             problems.append(f"Entry {i}: config must be an object.")
+        elif entry.get("evaluator") == "rule" and (why := _format_problem(config)):
+            problems.append(f"Entry {i}: format_regex: {why}")
     return problems
+
+
+def _format_problem(config: dict) -> str:
+    pattern = config.get("format_regex")
+    return saferegex.problem(pattern, dot_all=True) if pattern else ""
 
 
 def profile_for(task_kind: str) -> EvaluationProfile:

@@ -6,6 +6,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from feedback import saferegex
 from feedback.models import Run
 
 from .evaluators import NUMBER, EvaluatorError, Verdict, normalise, numbers_in
@@ -326,9 +327,9 @@ def _compare_labels(expected: str, output: str, config: dict, task: str = "") ->
 def _compare_regex(expected: str, output: str, config: dict, task: str = "") -> tuple[float, str, dict]:
     pattern = expected.strip()[1:-1] if expected.strip().startswith("/") else expected.strip()
     try:
-        matches = list(re.finditer(pattern, output, re.IGNORECASE | re.DOTALL))
-    except re.error as exc:
-        raise EvaluatorError(f"The expected-answer pattern is not a valid regular expression: {exc}") from exc
+        matches = list(saferegex.finditer(pattern, output, ignore_case=True, dot_all=True))
+    except saferegex.PatternError as exc:
+        raise EvaluatorError(f"The expected answer cannot be used as a pattern: {exc}") from exc
     # The pattern is the author's own: it is read as written, but a match inside a repeat of the
     # task is still no evidence.
     reading = _Reading(task, output, fold=False)

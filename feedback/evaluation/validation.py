@@ -9,6 +9,9 @@ Rules are dicts with a ``"type"``:
 - ``{"type": "json_schema", "schema": {...}}``
 - ``{"type": "range", "path": "current.temperature", "min": -50, "max": 50}``
 - ``{"type": "regex", "path": "email", "pattern": "[^@]+@[^@]+"}`` (full match)
+
+Regular expressions, the ``pattern`` keywords of JSON Schemas included, run on RE2
+(feedback/saferegex.py): rules come from people, and a tool result is whatever the tool says.
 - ``{"type": "required_keys", "keys": ["a", "b.c"]}``
 - ``{"type": "http_status", "allowed": [200, 201], "path": "status"}``
 
@@ -18,12 +21,13 @@ there must show up in the trace, not crash the invoker.
 """
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
+
+from feedback import saferegex
 
 _MISSING = object()
 
@@ -75,11 +79,10 @@ def _check_json_schema(rule: dict, result: Any) -> tuple[bool, str, bool]:
     if not isinstance(schema, dict):
         raise RuleError("'schema' must be a JSON Schema object")
     try:
-        validator_class = jsonschema.validators.validator_for(schema)
-        validator_class.check_schema(schema)
+        validator = saferegex.schema_validator(schema)
     except jsonschema.SchemaError as exc:
         raise RuleError(f"invalid JSON Schema: {exc.message}") from exc
-    errors = sorted(validator_class(schema).iter_errors(result), key=lambda e: list(e.path))
+    errors = sorted(validator.iter_errors(result), key=lambda e: list(e.path))
     if not errors:
         return True, "matches the JSON Schema", False
     first = errors[0]
@@ -112,16 +115,16 @@ def _check_regex(rule: dict, result: Any) -> tuple[bool, str, bool]:
     if not isinstance(pattern, str):
         raise RuleError("'pattern' must be a string")
     try:
-        compiled = re.compile(pattern)
-    except re.error as exc:
-        raise RuleError(f"invalid regular expression: {exc}") from exc
+        compiled = saferegex.compile(pattern)
+    except saferegex.PatternError as exc:
+        raise RuleError(f"invalid regular expression {pattern!r}: {exc.reason}") from exc
     value = lookup(result, path)
     label = path or "result"
     if value is _MISSING:
         return False, f"{label} is missing", False
     if not isinstance(value, str):
         return False, f"{label} is not a string", False
-    if compiled.fullmatch(value):
+    if compiled.fullmatch(saferegex.text(value)):
         return True, f"{label} matches {pattern}", False
     return False, f"{label} does not match {pattern}", False
 
@@ -162,6 +165,23 @@ RULES: dict[str, Callable[[dict, Any], tuple[bool, str, bool]]] = {
     "required_keys": _check_required_keys,
     "http_status": _check_http_status,
 }
+
+
+def check_rules(rules: Any) -> list[str]:
+    """What keeps a list of rules from being saved: not a list of objects, or a regular expression
+    (of a regex rule, or in a JSON Schema) that cannot be run. Empty when fine."""
+    if not isinstance(rules, list) or not all(isinstance(r, dict) for r in rules):
+        return ["Expected a list of rules (objects)."]
+    problems = []
+    for i, rule in enumerate(rules, start=1):
+        if rule.get("type") == "regex":
+            found = [saferegex.problem(rule.get("pattern"))]
+        elif rule.get("type") == "json_schema" and isinstance(rule.get("schema"), dict):
+            found = saferegex.schema_problems(rule["schema"])
+        else:
+            continue
+        problems += [f"Rule {i}: {why}" for why in found if why]
+    return problems
 
 
 def validate(rules: list[dict], result: Any) -> ValidationReport:

@@ -4,6 +4,8 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from feedback.storable import StorableJSONField
+
 from .run import Run
 from .task import Task
 
@@ -79,7 +81,7 @@ class EvaluationProfile(models.Model):
     """
 
     task_kind = models.CharField(max_length=32, choices=Task.Kind.choices, unique=True)
-    evaluators = models.JSONField(default=list)
+    evaluators = StorableJSONField(default=list)
     # Composite scores below this put a run in the review queue.
     review_below = models.FloatField(default=0.5)
     updated_at = models.DateTimeField(auto_now=True)

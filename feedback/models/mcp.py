@@ -3,6 +3,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from feedback.storable import StorableJSONField
+
 # No "__" and no "_" at either end: a tool's name in the registry is "<server>__<tool>", which
 # then splits one way only and never equals a built-in's name (none has "__").
 SERVER_NAME = r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$"
@@ -38,15 +40,20 @@ class McpServer(models.Model):
     enabled = models.BooleanField(_("enabled"), default=True)
     transport = models.CharField(_("transport"), max_length=10, choices=Transport.choices, default=Transport.STDIO)
     command = models.CharField(_("command"), max_length=500, blank=True, help_text=_("stdio: the program to start."))
-    args = models.JSONField(_("arguments"), default=list, blank=True, help_text=_('stdio: e.g. ["server.py"].'))
-    env = models.JSONField(
+    args = StorableJSONField(
+        _("arguments"),
+        default=list,
+        blank=True,
+        help_text=_('stdio: e.g. ["server.py"].'),
+    )
+    env = StorableJSONField(
         _("environment"),
         default=dict,
         blank=True,
         help_text=_("stdio: variables for the server, added to PATH, HOME, USER, SHELL, TERM and LOGNAME only."),
     )
     url = models.URLField(_("URL"), max_length=500, blank=True, help_text=_("HTTP: e.g. https://tools.example/mcp."))
-    headers = models.JSONField(
+    headers = StorableJSONField(
         _("headers"),
         default=dict,
         blank=True,
@@ -58,7 +65,7 @@ class McpServer(models.Model):
         validators=TIMEOUT_RANGE,
         help_text=_("For starting or connecting to the server, and again for each call."),
     )
-    expose = models.JSONField(
+    expose = StorableJSONField(
         _("tools to expose"),
         default=list,
         blank=True,
@@ -103,7 +110,7 @@ class McpToolOverride(models.Model):
         validators=TIMEOUT_RANGE,
         help_text=_("Empty: the server's."),
     )
-    result_rules = models.JSONField(
+    result_rules = StorableJSONField(
         _("result rules"),
         default=list,
         blank=True,
@@ -120,5 +127,8 @@ class McpToolOverride(models.Model):
         return self.tool
 
     def clean(self) -> None:
-        if not (isinstance(self.result_rules, list) and all(isinstance(r, dict) for r in self.result_rules)):
-            raise ValidationError({"result_rules": _("Expected a list of rules (objects).")})
+        from feedback.evaluation.validation import check_rules
+
+        problems = check_rules(self.result_rules)
+        if problems:
+            raise ValidationError({"result_rules": problems})

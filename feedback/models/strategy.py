@@ -6,6 +6,8 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from feedback.storable import StorableJSONField
+
 from .run import Run
 
 
@@ -100,9 +102,9 @@ class StrategyVersion(models.Model):
     old_behaviour = models.TextField(_("old behaviour"), blank=True)
     new_guidance = models.TextField(_("new guidance"))
     # {"task_kinds": [...], "keywords": [...], "regex": "..."}; empty parts match everything.
-    condition = models.JSONField(_("applicable condition"), default=dict, blank=True)
+    condition = StorableJSONField(_("applicable condition"), default=dict, blank=True)
     # [{"type": "tool_precondition", "tool": ..., "requires": ...}, ...] enforced by the engine.
-    guardrails = models.JSONField(_("guardrails"), default=list, blank=True)
+    guardrails = StorableJSONField(_("guardrails"), default=list, blank=True)
     worked_example = models.TextField(_("worked example"), blank=True)
     author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
@@ -113,6 +115,15 @@ class StrategyVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.strategy} v{self.number}"
+
+    def clean(self) -> None:
+        # The admin edits versions in place: the same checks as the edit service's.
+        from feedback.agent.guardrails import check_guardrails
+        from feedback.strategies.conditions import check_condition
+
+        errors = {"condition": check_condition(self.condition), "guardrails": check_guardrails(self.guardrails)}
+        if any(errors.values()):
+            raise ValidationError({field: problems for field, problems in errors.items() if problems})
 
     def snapshot(self) -> dict:
         return {

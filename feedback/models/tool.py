@@ -1,7 +1,10 @@
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+
+from feedback.storable import StorableJSONField
 
 from .run import Run
 
@@ -12,13 +15,21 @@ class ToolSetting(models.Model):
     name = models.CharField(max_length=100, unique=True)
     enabled = models.BooleanField(default=True)
     timeout_seconds = models.FloatField(null=True, blank=True)
-    config = models.JSONField(default=dict, blank=True)
+    config = StorableJSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        from feedback.evaluation.validation import check_rules
+
+        rules = self.config.get("result_rules", []) if isinstance(self.config, dict) else None
+        problems = check_rules(rules) if rules is not None else [_("Expected an object.")]
+        if problems:
+            raise ValidationError({"config": problems})
 
 
 class ToolConfirmation(models.Model):

@@ -2,20 +2,14 @@
 
 ``{"task_kinds": [...], "keywords": [...], "regex": "..."}``; every part that is present must
 match (kinds: any of them; keywords: any of them, case-insensitive, whole words; regex: a
-search). An empty condition matches every task.
+case-insensitive search, run on RE2 like every pattern a person or a model writes: see
+feedback/saferegex.py). An empty condition matches every task.
 """
 
 import re
-from functools import lru_cache
 from typing import Any
 
-
-@lru_cache(maxsize=512)
-def _compiled(pattern: str) -> re.Pattern | None:
-    try:
-        return re.compile(pattern, re.I)
-    except re.error:
-        return None
+from feedback import saferegex
 
 
 def check_condition(condition: Any) -> list[str]:
@@ -33,8 +27,8 @@ def check_condition(condition: Any) -> list[str]:
     regex = condition.get("regex", "")
     if not isinstance(regex, str):
         problems.append("regex must be a string.")
-    elif regex and _compiled(regex) is None:
-        problems.append(f"regex {regex!r} is not a valid regular expression.")
+    elif regex and (why := saferegex.problem(regex, ignore_case=True)):
+        problems.append(f"regex: {why}")
     return problems
 
 
@@ -47,7 +41,10 @@ def matches(condition: dict, *, task_kind: str, text: str) -> bool:
         return False
     regex = condition.get("regex") or ""
     if regex:
-        compiled = _compiled(regex)
-        if compiled is None or not compiled.search(text):
+        if not isinstance(regex, str):
+            return False
+        # Saved before RE2 (or written around the checks): matches nothing, logged once.
+        compiled = saferegex.stored(regex, ignore_case=True, where="A strategy condition")
+        if compiled is None or not compiled.search(saferegex.text(text)):
             return False
     return True

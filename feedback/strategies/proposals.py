@@ -22,6 +22,7 @@ from django.db import transaction
 from feedback.agent.guardrails import ALWAYS_OFFERED, check_guardrails
 from feedback.agent.llm import use_endpoint
 from feedback.models import Run, Step, Strategy, StrategyEvent, StrategyVersion
+from feedback.storable import unstorable
 
 from .conditions import check_condition
 from .generalise import Secrets, generalise, leaks, redact, secrets
@@ -262,6 +263,8 @@ def _written_by_model(pattern: Pattern, fallback: Proposal, found: Secrets) -> P
         title, guidance = str(data["title"]).strip()[:200], str(data["guidance"]).strip()[:2000]
         if not title or not guidance:
             raise ValueError("empty title or guidance")
+        if unstorable([title, guidance]):
+            raise ValueError("it holds a NUL character or a lone surrogate, which cannot be stored")
         leaked = leaks(title, found) + leaks(guidance, found)
         if leaked:
             raise ValueError(f"it quotes the evidence ({len(leaked)} item(s))")
@@ -337,8 +340,10 @@ def _create(pattern: Pattern) -> Strategy | None:
     if pattern.kind == "task_keywords":
         condition["keywords"] = pattern.details["keywords"]
     guardrails = _guardrails(pattern)
-    if check_condition(condition) or check_guardrails(guardrails):
-        logger.error("mined an invalid strategy for %s; skipped", pattern.key)
+    # A condition or guardrail that cannot be used (a regex RE2 cannot run) is never stored.
+    problems = check_condition(condition) + check_guardrails(guardrails)
+    if problems:
+        logger.error("mined an invalid strategy for %s; skipped: %s", pattern.key, " ".join(problems))
         return None
     with transaction.atomic():
         strategy = Strategy.objects.create(

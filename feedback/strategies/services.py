@@ -22,6 +22,7 @@ from django.utils.translation import gettext as _
 
 from feedback.agent.guardrails import check_guardrails
 from feedback.models import Strategy, StrategyEvent, StrategyVersion
+from feedback.storable import unstorable
 
 from .conditions import check_condition
 from .injection import strategies_changed
@@ -167,7 +168,9 @@ def strategy_edit(*, strategy: Strategy, editor: AbstractBaseUser, reason: str =
     unknown = set(content) - set(EDITABLE_FIELDS)
     if unknown:
         raise ValidationError(f"Not editable: {', '.join(sorted(unknown))}.")
-    problems = []
+    # What PostgreSQL would refuse with a 500, whichever caller this is (the form checks too).
+    problems = [p for field, value in content.items() for p in unstorable(value, name=field)]
+    problems += unstorable(reason, name="reason")
     if "condition" in content:
         problems += check_condition(content["condition"])
     if "guardrails" in content:

@@ -15,9 +15,11 @@ from django.views.decorators.http import require_POST
 from kombu.exceptions import OperationalError as BrokerError
 
 from feedback import locks, queue, selectors
+from feedback.agent.guardrails import check_guardrails
 from feedback.forms import MiningScheduleForm, StrategyDecisionForm, StrategyEditForm
-from feedback.models import Strategy
+from feedback.models import Strategy, StrategyVersion
 from feedback.strategies import hindsight, schedule, services
+from feedback.strategies.conditions import check_condition
 from feedback.strategies.trials import trial_stats
 
 DEMO_REPORT_KEY = "demo-loop:last-report"
@@ -60,7 +62,15 @@ def _detail_context(strategy: Strategy, *, edit_form: StrategyEditForm | None) -
         "trial": trial_stats(strategy) if strategy.trial_started_at else None,
         "decision_form": StrategyDecisionForm(initial={"trial_fraction": strategy.trial_fraction}),
         "edit_form": edit_form,
+        # A regex saved before RE2 checked it (feedback/saferegex.py) may not run: say so here.
+        "unusable": _unusable(strategy.current_version),
     }
+
+
+def _unusable(version: StrategyVersion | None) -> list[str]:
+    if version is None:
+        return []
+    return check_condition(version.condition) + check_guardrails(version.guardrails)
 
 
 @permission_required("feedback.view_strategy", raise_exception=True)
