@@ -34,6 +34,15 @@ class Run(models.Model):
         NOT_ACCOMPLISHED = "not_accomplished", _("Not accomplished")
         UNKNOWN = "unknown", _("Unknown")
 
+    class Purpose(models.TextChoices):
+        """Why the run exists. Only production runs (people's tasks) enter the metrics, mining
+        and trials; experiment runs (a dataset's items with and without a change) and playground
+        runs (a person trying an edit on one run) are measured apart."""
+
+        PRODUCTION = "production", _("Production")
+        EXPERIMENT = "experiment", _("Experiment")
+        PLAYGROUND = "playground", _("Playground")
+
     ACTIVE_STATUSES = frozenset({Status.QUEUED, Status.RUNNING, Status.AWAITING_CONFIRMATION})
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="runs")
@@ -46,6 +55,10 @@ class Run(models.Model):
         "feedback.Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="child_runs"
     )
     status = models.CharField(max_length=32, choices=Status.choices, default=Status.QUEUED)
+    # db_default too: rows written by raw SQL or COPY (the benchmark history) are production runs.
+    purpose = models.CharField(
+        max_length=16, choices=Purpose.choices, default=Purpose.PRODUCTION, db_default=Purpose.PRODUCTION
+    )
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
