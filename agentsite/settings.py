@@ -274,6 +274,9 @@ CELERY_BEAT_SCHEDULE = {
     "refresh-daily-stats": {"task": "feedback.tasks.daily_stats_refresh_recent_task", "schedule": 900.0},
     # Every enabled alert rule, its incidents opened and resolved (feedback/alerts/incidents.py).
     "evaluate-alerts": {"task": "feedback.tasks.alerts_evaluate_task", "schedule": 60.0},
+    # Run sandboxes past RUN_SANDBOX_RETENTION_DAYS removed, workspaces not measured yet measured
+    # (feedback/retention.py).
+    "clean-run-sandboxes": {"task": "feedback.tasks.run_sandboxes_clean_task", "schedule": 3600.0},
 }
 
 # --- The agent -------------------------------------------------------------------------------
@@ -361,6 +364,14 @@ STRATEGY_AUTONOMY_MIN_CONFIDENCE = env.float("STRATEGY_AUTONOMY_MIN_CONFIDENCE",
 AGENT_MAX_SECONDS = env.int("AGENT_MAX_SECONDS", default=600)
 WORKSPACES_ROOT = Path(env.str("WORKSPACES_ROOT", default=str(VAR_DIR / "workspaces")))
 RUN_SANDBOXES_ROOT = Path(env.str("RUN_SANDBOXES_ROOT", default=str(VAR_DIR / "runs")))
+# Each person's disk quota in MB (of 1024 x 1024 bytes; feedback/quota.py): their upload workspaces
+# plus their runs' sandboxes still kept. A submission or re-run that would pass it is refused. 0: none.
+DISK_QUOTA_MB = env.int("DISK_QUOTA_MB", default=100)
+# Days a run's sandbox is kept once the run has ended (feedback/retention.py, beat's hourly clean-up).
+# 0: kept forever.
+RUN_SANDBOX_RETENTION_DAYS = env.int("RUN_SANDBOX_RETENTION_DAYS", default=14)
+if DISK_QUOTA_MB < 0 or RUN_SANDBOX_RETENTION_DAYS < 0:
+    raise ImproperlyConfigured("DISK_QUOTA_MB and RUN_SANDBOX_RETENTION_DAYS are 0 (no limit) or more.")
 
 # --- Logging ---------------------------------------------------------------------------------
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")

@@ -8,6 +8,7 @@ from django.contrib.auth.models import Group
 
 from feedback import roles
 from feedback.models import Workspace
+from feedback.quota import folder_bytes
 
 DEMO_FILES = Path(__file__).resolve().parent / "demo_workspace"
 DEMO_USERS = [
@@ -25,6 +26,8 @@ def seed_workspace() -> Workspace:
     )
     # Refreshed on every seed so an edited copy never drifts from the shipped files.
     shutil.copytree(DEMO_FILES, workspace.path, dirs_exist_ok=True)
+    workspace.size_bytes = folder_bytes(workspace.path)
+    workspace.save(update_fields=["size_bytes"])
     return workspace
 
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from feedback import throttle
+from feedback import quota, throttle
 from feedback.agent.guardrails import check_guardrails
 from feedback.agent.tools import BUILTIN_TOOLS
 from feedback.cron import MIN_GAP_MINUTES, CronError, check_schedule
@@ -140,6 +140,7 @@ class TaskForm(forms.Form):
 
     def __init__(self, *args, user: AbstractBaseUser | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.user = user
         if user is not None:
             # Another person's uploads are neither offered nor accepted (nor by services.task_submit).
             field = self.fields["workspace"]
@@ -173,6 +174,11 @@ class TaskForm(forms.Form):
             except CronError as error:
                 # Which field, which value and why: "Minute 99 is out of range 0-59."
                 self.add_error("cron", str(error))
+        if self.user is not None and not self.errors:
+            try:
+                quota.check_submission(user=self.user, workspace=data.get("workspace"), files=data.get("files") or [])
+            except quota.QuotaExceeded as error:
+                self.add_error(None, str(error))
         return data
 
     def clean_text(self) -> str:

@@ -2,6 +2,7 @@
 worker is queued only once the transaction has committed."""
 
 import json
+import logging
 import shutil
 import uuid
 from collections.abc import Sequence
@@ -14,7 +15,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from feedback import queue
+from feedback import queue, quota
 from feedback.agent.sandbox import SandboxError, resolve
 from feedback.agent.tools.mcp import ListedTool, list_and_store, listed_tools
 from feedback.cron import check_schedule
@@ -25,6 +26,8 @@ from feedback.privacy import mask_text
 if TYPE_CHECKING:
     from django_celery_beat.models import PeriodicTask
 from feedback.rollups import rollup_add, rollup_change
+
+logger = logging.getLogger(__name__)
 
 
 class AlreadyDecided(Exception):
@@ -44,6 +47,8 @@ def task_submit(
     # The form offers only usable workspaces; this holds for every caller (a crafted POST, a re-run).
     if workspace is not None and not workspace_can_use(workspace=workspace, user=user):
         raise PermissionDenied("This workspace holds another person's uploads.")
+    # Before anything is written; QuotaExceeded's message is for the person (feedback/quota.py).
+    quota.check_submission(user=user, workspace=workspace, files=files, lock=True)
     if files:
         workspace = workspace_with_uploads(base=workspace, files=files, owner=user)
     task = Task.objects.create(
@@ -57,7 +62,9 @@ def task_submit(
 
 
 def _task_queue_run(*, task: Task) -> Run:
-    run = Run.objects.create(task=task, task_kind=task.kind)
+    # Its sandbox will be a copy of the workspace: reserved now, so the quota counts it from the start.
+    reserved = (task.workspace.size_bytes or 0) if task.workspace_id else 0
+    run = Run.objects.create(task=task, task_kind=task.kind, sandbox_bytes=reserved)
     queue.run_execute(run.pk)
     return run
 
@@ -91,6 +98,8 @@ def workspace_with_uploads(
         with target.open("wb") as out:
             for chunk in upload.chunks():
                 out.write(chunk)
+    workspace.size_bytes = quota.folder_bytes(root)
+    workspace.save(update_fields=["size_bytes"])
     return workspace
 
 
@@ -130,10 +139,19 @@ def task_schedule(*, task: Task, repeat: str, every: int | None = None, cron: st
 
 
 def task_run_scheduled(*, task_id: int) -> Run | None:
-    """The beat entry fired: a new run of the same task. None when the task is gone."""
+    """The beat entry fired: a new run of the same task. None when the task is gone, or when the run
+    would take its author past their disk quota (the next firing tries again)."""
     with transaction.atomic():
-        task = Task.objects.filter(pk=task_id).first()
-        return _task_queue_run(task=task) if task else None
+        task = Task.objects.select_related("workspace", "created_by").filter(pk=task_id).first()
+        if task is None:
+            return None
+        if task.created_by is not None:
+            try:
+                quota.check_submission(user=task.created_by, workspace=task.workspace, lock=True)
+            except quota.QuotaExceeded as refused:
+                logger.warning("recurring task %s: no run this time: %s", task_id, refused)
+                return None
+        return _task_queue_run(task=task)
 
 
 def schedule_can_control(*, task: Task | None, user: AbstractBaseUser) -> bool:

@@ -104,6 +104,17 @@ def daily_stats_refresh_recent_task() -> None:
     daily_stats_refresh_recent()
 
 
+@shared_task(ignore_result=True, soft_time_limit=900)
+def run_sandboxes_clean_task() -> None:
+    # Beat's hourly job, no input: sandboxes past RUN_SANDBOX_RETENTION_DAYS removed, workspaces not
+    # measured yet measured. Safe to repeat and to overlap (feedback/retention.py).
+    from feedback.quota import workspaces_measure
+    from feedback.retention import sandboxes_clean
+
+    sandboxes_clean()
+    workspaces_measure()
+
+
 @shared_task(ignore_result=True, soft_time_limit=300)
 def alerts_evaluate_task() -> None:
     # Beat's every-minute job. Two at once (a second beat, a redelivery) open and resolve each

@@ -22,6 +22,7 @@ from feedback import queue
 from feedback.logging import current_run, current_step
 from feedback.models import Run, Step, Task, ToolConfirmation
 from feedback.privacy import mask_text
+from feedback.quota import folder_bytes
 from feedback.strategies import injection as strategy_injection
 
 from .conversation import Conversation, recorded_steps
@@ -135,6 +136,9 @@ class AgentLoop:
         # The loop is the plan's only writer: this is the stored one.
         plan = _plan_at_end(self.run.plan or [], status)
         ends = {"status": status, "final_output": output, "error": error, "finished_at": timezone.now(), "plan": plan}
+        if self.run.parent_id is None:
+            # What the run (and its sub-agents, in the same folder) left: its quota and the metrics read it.
+            ends["sandbox_bytes"] = folder_bytes(self.context.workspace)
         if step is None:
             self.record.update_run(**ends)
         else:

@@ -95,6 +95,26 @@ def workspace(row: Workspace) -> dict:
             "created_at": row.created_at}  # fmt: skip
 
 
+def disk(figures: dict) -> dict:
+    """selectors.disk_figures, flat: sizes in bytes."""
+    workspaces, sandboxes, oldest = figures["workspaces"], figures["sandboxes"], figures["sandboxes"]["oldest"]
+    return {
+        "workspaces_bytes": workspaces["bytes"],
+        "workspaces": workspaces["count"],
+        "upload_workspaces": workspaces["uploads"],
+        "unmeasured_workspaces": workspaces["unmeasured"],
+        "sandboxes_bytes": sandboxes["bytes"],
+        "sandboxes_kept": sandboxes["count"],
+        "sandboxes_of_active_runs": sandboxes["active"],
+        "oldest_sandbox_run_id": oldest["pk"] if oldest else None,
+        "oldest_sandbox_ended_at": oldest["finished_at"] if oldest else None,
+        "retention_days": figures["retention_days"],
+        "next_cleanup_at": figures["next_cleanup"],
+        "quota_bytes": figures["quota_bytes"],
+        "nearest_quota": figures["nearest"],
+    }
+
+
 def strategy_summary(strategy: Strategy) -> dict:
     """``strategy`` with its current version loaded."""
     version = strategy.current_version

@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from ninja import Query, Router, Status
 
-from feedback import selectors, services, traces
+from feedback import quota, selectors, services, traces
 from feedback.forms import HumanScoreForm, RunFilterForm
 from feedback.models import Run
 
@@ -117,7 +117,10 @@ def rerun_run(request: HttpRequest, run_id: int, response: HttpResponse) -> Stat
     answer is the new run; its address is in ``Location``."""
     user = require_write(request)
     require_perm(user, "feedback.add_task")
-    new_run = services.run_rerun(run=_visible_run(request, run_id), user=user)
+    try:
+        new_run = services.run_rerun(run=_visible_run(request, run_id), user=user)
+    except quota.QuotaExceeded as refused:
+        raise invalid({"__all__": [str(refused)]}) from None
     response["Location"] = reverse("api-v1:read_run", kwargs={"run_id": new_run.pk})
     return Status(201, present.run_summary(_visible_run(request, new_run.pk)))
 

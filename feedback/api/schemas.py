@@ -360,6 +360,32 @@ class ToolFigures(Schema):
     p95_ms: float | None
 
 
+class DiskUserFigures(Schema):
+    user: str
+    uploads: int
+    sandboxes: int
+    total: int
+    share: float | None = Field(description="Of the quota (above 1 when over it); null without a quota")
+
+
+class DiskFigures(Schema):
+    """Now, whatever the window: sizes in bytes, as recorded when the files were written."""
+
+    workspaces_bytes: int
+    workspaces: int
+    upload_workspaces: int
+    unmeasured_workspaces: int
+    sandboxes_bytes: int = Field(description="Run sandboxes kept (a queued run's reserved at its workspace's size)")
+    sandboxes_kept: int
+    sandboxes_of_active_runs: int
+    oldest_sandbox_run_id: int | None
+    oldest_sandbox_ended_at: datetime | None
+    retention_days: int = Field(description="RUN_SANDBOX_RETENTION_DAYS; 0: kept forever")
+    next_cleanup_at: datetime | None
+    quota_bytes: int = Field(description="Per person (DISK_QUOTA_MB); 0: no quota")
+    nearest_quota: list[DiskUserFigures]
+
+
 class MetricsOut(Schema):
     since: datetime
     until: datetime
@@ -371,3 +397,4 @@ class MetricsOut(Schema):
     strategies: StrategyFigures
     periods: list[PeriodOut]
     tools: list[ToolFigures]
+    disk: DiskFigures

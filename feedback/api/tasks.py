@@ -6,12 +6,12 @@ from django.urls import reverse
 from django.utils.datastructures import MultiValueDict
 from ninja import Query, Router, Status
 
-from feedback import metrics, selectors, services, tool_metrics
+from feedback import metrics, quota, selectors, services, tool_metrics
 from feedback.forms import MetricsFilterForm, TaskForm
 
 from . import present
 from .auth import require_perm, require_write, token_of, user_of
-from .errors import form_invalid, refusals
+from .errors import form_invalid, invalid, refusals
 from .schemas import MeOut, MetricsOut, MetricsQuery, RunSummaryOut, TaskIn, WorkspaceOut
 
 router = Router()
@@ -35,14 +35,17 @@ def submit_task(request: HttpRequest, payload: TaskIn, response: HttpResponse) -
             error.errors["workspace_id"] = error.errors.pop("workspace")
         raise error
     fields = form.cleaned_data
-    run = services.task_submit(
-        user=user,
-        text=fields["text"],
-        kind=fields["kind"],
-        expected_answer=fields["expected_answer"],
-        workspace=fields["workspace"],
-        files=fields["files"],
-    )
+    try:
+        run = services.task_submit(
+            user=user,
+            text=fields["text"],
+            kind=fields["kind"],
+            expected_answer=fields["expected_answer"],
+            workspace=fields["workspace"],
+            files=fields["files"],
+        )
+    except quota.QuotaExceeded as refused:  # another submission of theirs took the room first
+        raise invalid({"__all__": [str(refused)]}) from None
     run.refresh_from_db()
     response["Location"] = reverse("api-v1:read_run", kwargs={"run_id": run.pk})
     return Status(201, present.run_summary(run))
@@ -73,7 +76,7 @@ def me(request: HttpRequest) -> dict:
 @router.get("/metrics", response={200: MetricsOut, **refusals(400)}, tags=["metrics"], summary="Metrics summary")
 def read_metrics(request: HttpRequest, filters: Query[MetricsQuery]) -> dict:
     """The metrics page's figures (definitions in the README) over the last ``days``, per ``day`` or
-    ``week``: the window's totals, each period's, and per tool."""
+    ``week``: the window's totals, each period's, and per tool; and the disk now."""
     require_perm(user_of(request), "feedback.view_metrics")
     form = MetricsFilterForm({k: str(v) for k, v in filters.model_dump(exclude_none=True).items()})
     if not form.is_valid():
@@ -102,4 +105,5 @@ def read_metrics(request: HttpRequest, filters: Query[MetricsQuery]) -> dict:
             for scores, errors, interventions in periods
         ],
         "tools": tool_metrics.tool_stats(window),
+        "disk": present.disk(selectors.disk_figures()),
     }

@@ -89,6 +89,12 @@ class Run(models.Model):
     cost = models.FloatField(null=True, blank=True)
     # When the run's figures went into the daily rollups (once it ended: feedback/rollups.py).
     counted_at = models.DateTimeField(null=True, blank=True)
+    # The run's sandbox (its own copy of the workspace; a sub-agent works in its root run's, so only
+    # root runs have these): its size, reserved when the run is queued (its workspace's size) and
+    # measured when it ends; None: no sandbox. Removed by the retention policy (feedback/retention.py),
+    # which sets sandbox_deleted_at; the size stays, as what was removed.
+    sandbox_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    sandbox_deleted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -118,6 +124,13 @@ class Run(models.Model):
             ),
             # The runs not in the daily rollups yet, which the metrics count live: a few.
             models.Index(fields=["created_at"], name="run_uncounted", condition=Q(counted_at__isnull=True)),
+            # The sandboxes still on disk (a person's quota by their tasks, the metrics' figures): a
+            # few days' runs.
+            models.Index(
+                fields=["task", "finished_at"],
+                name="run_sandbox_kept",
+                condition=Q(sandbox_bytes__isnull=False, sandbox_deleted_at__isnull=True),
+            ),
         ]
         permissions = [
             ("view_metrics", "Can view metric trends"),

@@ -30,6 +30,10 @@ class Workspace(models.Model):
         related_name="workspaces",
     )
     created_at = models.DateTimeField(default=timezone.now)
+    # The folder's size as the app wrote it (uploads, the demo; feedback/quota.py), so no page walks
+    # the disk for it. None: not measured yet (a folder an operator put there; beat's clean-up
+    # measures it).
+    size_bytes = models.PositiveBigIntegerField(_("size in bytes"), null=True, blank=True)
 
     class Meta:
         ordering = ["name"]

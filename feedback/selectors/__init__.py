@@ -1,11 +1,12 @@
 """The read queries behind the pages, one module a job: who sees which run and its state (runs),
-the run list (run_listing), workspaces, strategies, evaluation and alerts.
+the run list (run_listing), workspaces, strategies, evaluation, alerts and the disk.
 
 Every query is re-exported here, so ``selectors.X`` reads as before. The run list's tunables
 (SEARCH_FEW_TASKS, NEWER_RUNS_SHOWN) are not: they are read, and changed, in run_listing alone.
 """
 
 from .alerts import alert_incidents, alert_rules
+from .disk import disk_figures
 from .evaluation import DISAGREEMENT, LOW_SCORE, review_queue, run_evaluations
 from .run_listing import (
     BEFORE_ALL_RUNS,
@@ -36,6 +37,7 @@ __all__ = [
     "RunPage",
     "alert_incidents",
     "alert_rules",
+    "disk_figures",
     "filter_runs",
     "newer_runs",
     "review_queue",

@@ -27,10 +27,11 @@ def run_visible_to(user: AbstractBaseUser, *, owner_id: int | None) -> bool:
 # --- a run's state: what its page and its parts show changes only with it -----------------------
 # From the run's row: the final answer and the error come with the status, the tokens with the
 # step count (written with each step), the model, prompt, tools and strategies before
-# llm_backend (written as the run starts); the times make its clock and its waterfall.
+# llm_backend (written as the run starts); the times make its clock and its waterfall; the
+# sandbox's size and removal, what it says of the run's files.
 RUN_STATE = (
     "status", "step_count", "cancel_requested", "score", "outcome", "plan", "llm_backend",
-    "created_at", "started_at", "finished_at",
+    "created_at", "started_at", "finished_at", "sandbox_bytes", "sandbox_deleted_at",
 )  # fmt: skip
 
 

@@ -3,7 +3,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.translation import gettext as _
 
-from feedback import metrics, tool_metrics
+from feedback import metrics, selectors, tool_metrics
 from feedback.forms import MetricsFilterForm
 
 
@@ -73,5 +73,7 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
         "rows": [row for row in zip(scores, errors, interventions, costs, strict=True) if row[2]["runs"]][::-1],
         "tools": tools,
         "chart_data": _chart_data(scores, errors, interventions, costs, tools),
+        # Now, not over the window: the folders on disk and the people nearest their quota.
+        "disk": selectors.disk_figures(),
     }
     return render(request, "feedback/metrics.html", context)

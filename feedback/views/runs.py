@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from feedback import selectors, services, traces
+from feedback import quota, retention, selectors, services, traces
 from feedback.forms import RunFilterForm
 from feedback.models import Run, ToolConfirmation
 from feedback.selectors import run_listing
@@ -217,6 +217,7 @@ def _run_page(request: HttpRequest, run: Run, state: dict) -> HttpResponse:
         "problems": traces.trace_problems(run),
         "applied_strategies": selectors.run_applied_strategies(run),
         "children": _children(run, state),
+        "sandbox": retention.sandbox_state(run),
     }
     return render(request, TEMPLATE, context)
 
@@ -352,6 +353,10 @@ def run_rerun(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _visible_run(request, run_id)
     if not request.user.has_perm("feedback.add_task"):
         raise PermissionDenied
-    new_run = services.run_rerun(run=run, user=request.user)
+    try:
+        new_run = services.run_rerun(run=run, user=request.user)
+    except quota.QuotaExceeded as refused:
+        messages.error(request, str(refused))
+        return redirect("feedback-run-detail", run_id=run.pk)
     messages.success(request, _("Run #%(id)s is queued.") % {"id": new_run.pk})
     return redirect("feedback-run-detail", run_id=new_run.pk)

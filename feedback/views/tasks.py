@@ -4,7 +4,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 
-from feedback import services
+from feedback import quota, services
 from feedback.agent.llm import describe_backend
 from feedback.forms import TaskForm, kind_help
 from feedback.models import Task
@@ -18,28 +18,35 @@ def task_submit(request: HttpRequest) -> HttpResponse:
         return render(request, template + "#kind-help", _kind_context(request.GET["kind"]))
     form = TaskForm(request.POST or None, request.FILES or None, user=request.user)
     if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        run = services.task_submit(
-            user=request.user,
-            text=data["text"],
-            kind=data["kind"],
-            expected_answer=data["expected_answer"],
-            workspace=data["workspace"],
-            files=data["files"],
-        )
-        messages.success(request, _("Task submitted: run #%(id)s is queued.") % {"id": run.pk})
-        if data["files"]:
-            messages.info(request, _("%(n)s file(s) added to the run's workspace.") % {"n": len(data["files"])})
-        if data["repeat"]:
-            services.task_schedule(task=run.task, repeat=data["repeat"], every=data["every"], cron=data["cron"])
-            messages.success(request, _("The task will also run on its schedule (see Recurring tasks)."))
-        return redirect("feedback-run-detail", run_id=run.pk)
+        try:
+            return _submitted(request, form.cleaned_data)
+        except quota.QuotaExceeded as refused:
+            form.add_error(None, str(refused))  # another submission of theirs took the room first
     status = 400 if form.errors else 200
     if form.errors:
         messages.error(request, _("The task was not submitted: please correct the fields marked below."))
     kind = form["kind"].value() or Task.Kind.GENERAL
     context = {"form": form, "backend": describe_backend(), **_kind_context(kind)}
+    context["usage"] = quota.usage_of(request.user)  # what their files take of their disk quota
     return render(request, template, context, status=status)
+
+
+def _submitted(request: HttpRequest, data: dict) -> HttpResponse:
+    run = services.task_submit(
+        user=request.user,
+        text=data["text"],
+        kind=data["kind"],
+        expected_answer=data["expected_answer"],
+        workspace=data["workspace"],
+        files=data["files"],
+    )
+    messages.success(request, _("Task submitted: run #%(id)s is queued.") % {"id": run.pk})
+    if data["files"]:
+        messages.info(request, _("%(n)s file(s) added to the run's workspace.") % {"n": len(data["files"])})
+    if data["repeat"]:
+        services.task_schedule(task=run.task, repeat=data["repeat"], every=data["every"], cron=data["cron"])
+        messages.success(request, _("The task will also run on its schedule (see Recurring tasks)."))
+    return redirect("feedback-run-detail", run_id=run.pk)
 
 
 def _kind_context(kind: str) -> dict:
