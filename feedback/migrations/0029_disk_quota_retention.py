@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("feedback", "0026_run_error_index"),
+        ("feedback", "0028_run_purpose"),
     ]
 
     operations = [
