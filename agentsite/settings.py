@@ -142,6 +142,8 @@ AUTH_PASSWORD_VALIDATORS = [
 # (s, min, hour, day; "20/15min"); "0": no limit. Past either, 429 with Retry-After.
 API_RATE_LIMIT = env.str("API_RATE_LIMIT", default="300/min")
 API_AUTH_FAILURE_LIMIT = env.str("API_AUTH_FAILURE_LIMIT", default="20/15min")
+# How long an Idempotency-Key is kept: a retry within it gets the first answer (feedback/api/idempotency.py).
+API_IDEMPOTENCY_KEY_HOURS = env.int("API_IDEMPOTENCY_KEY_HOURS", default=24)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "feedback-home"
 LOGOUT_REDIRECT_URL = "login"
@@ -268,6 +270,7 @@ CELERY_BEAT_SCHEDULE = {
     "refresh-daily-stats": {"task": "feedback.tasks.daily_stats_refresh_recent_task", "schedule": 900.0},
     # Every enabled alert rule, its incidents opened and resolved (feedback/alerts/incidents.py).
     "evaluate-alerts": {"task": "feedback.tasks.alerts_evaluate_task", "schedule": 60.0},
+    "purge-idempotency-keys": {"task": "feedback.tasks.idempotency_keys_purge_task", "schedule": 3600.0},
 }
 
 # --- The agent -------------------------------------------------------------------------------

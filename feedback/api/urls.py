@@ -8,6 +8,7 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.urls import URLPattern
+from django.utils.cache import patch_cache_control
 from django.utils.translation import gettext as _
 from django.views.decorators.csp import csp_override
 from ninja import NinjaAPI, Swagger
@@ -44,7 +45,8 @@ api.add_router("", strategies.router)
 def _api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """One of the API's views, open without a session (the token is checked instead:
     LoginRequiredMiddleware would send a client to the login page), answering a method it does
-    not take in JSON like every other refusal."""
+    not take in JSON like every other refusal. No answer is stored on the way (``no-store``):
+    each is one account's data, or a refusal that must not outlive the request."""
 
     @login_not_required
     @functools.wraps(view)
@@ -54,6 +56,7 @@ def _api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
             allowed = response["Allow"]
             response = JsonResponse({"detail": _("Use %(methods)s here.") % {"methods": allowed}}, status=405)
             response["Allow"] = allowed
+        patch_cache_control(response, no_store=True)
         return response
 
     return api_view
