@@ -144,6 +144,8 @@ API_RATE_LIMIT = env.str("API_RATE_LIMIT", default="300/min")
 API_AUTH_FAILURE_LIMIT = env.str("API_AUTH_FAILURE_LIMIT", default="20/15min")
 # How long an Idempotency-Key is kept: a retry within it gets the first answer (feedback/api/idempotency.py).
 API_IDEMPOTENCY_KEY_HOURS = env.int("API_IDEMPOTENCY_KEY_HOURS", default=24)
+if API_IDEMPOTENCY_KEY_HOURS < 1:
+    raise ImproperlyConfigured(f"API_IDEMPOTENCY_KEY_HOURS is at least 1, not {API_IDEMPOTENCY_KEY_HOURS}.")
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "feedback-home"
 LOGOUT_REDIRECT_URL = "login"

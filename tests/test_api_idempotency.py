@@ -1,10 +1,13 @@
 """POST /api/v1/tasks under retry: an ``Idempotency-Key`` makes a request that is sent again (its
 answer lost on the way) the same request: the first answer, and one run."""
 
+import subprocess
+import sys
 import threading
 from datetime import timedelta
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
@@ -182,3 +185,12 @@ def test_concurrent_requests_with_the_same_key_make_exactly_one_run(sent_tasks):
     assert list(Run.objects.values_list("pk", flat=True)) == [run_id]
     assert sum(not a.has_header("Idempotent-Replayed") for a in answers) == 1
     assert _executions(sent_tasks) == [run_id]
+
+
+def test_a_retention_period_under_an_hour_stops_the_server_at_start(tmp_path):
+    # 0 would silently turn the header off: every key expired at once.
+    env = {"PATH": "/usr/bin:/bin", "VAR_DIR": str(tmp_path), "API_IDEMPOTENCY_KEY_HOURS": "0"}
+    check = subprocess.run([sys.executable, "manage.py", "check"], cwd=django_settings.BASE_DIR, env=env,
+                           capture_output=True, text=True)  # fmt: skip
+    assert check.returncode != 0
+    assert "ImproperlyConfigured: API_IDEMPOTENCY_KEY_HOURS is at least 1, not 0." in check.stderr

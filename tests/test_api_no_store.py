@@ -60,3 +60,10 @@ def test_a_replayed_and_a_refused_idempotent_answer_are_no_store(client, staff, 
     for body, status in ((TASK, 201), (TASK, 201), ({**TASK, "text": "What is 1 + 1?"}, 422)):
         response = client.post("/api/v1/tasks", data=body, content_type="application/json", headers=headers)
         assert (response.status_code, response["Cache-Control"]) == (status, "no-store")
+
+
+@pytest.mark.parametrize("path", ["/api/v1/nope", "/api/v1/runs/1/nope", "/api/v1/me/"])
+def test_a_path_no_endpoint_has_is_a_json_404_not_the_sites_page(client, path):
+    response = client.get(path)
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not found."} and response["Cache-Control"] == "no-store"

@@ -7,9 +7,10 @@ from collections.abc import Callable
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
-from django.urls import URLPattern
+from django.urls import URLPattern, re_path
 from django.utils.cache import patch_cache_control
 from django.utils.translation import gettext as _
+from django.views.decorators.common import no_append_slash
 from django.views.decorators.csp import csp_override
 from ninja import NinjaAPI, Swagger
 
@@ -62,8 +63,15 @@ def _api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     return api_view
 
 
+@no_append_slash
+def _no_such_endpoint(request: HttpRequest, path: str) -> HttpResponse:
+    # Django's 404 would be the site's HTML page; a client of the API reads JSON.
+    return JsonResponse({"detail": _("Not found.")}, status=404)
+
+
 def urls() -> tuple[list[URLPattern], str, str]:
     patterns, app_name, namespace = api.urls
+    patterns = [*patterns, re_path(r"^(?P<path>.*)$", _no_such_endpoint, name="no-such-endpoint")]
     for pattern in patterns:
         pattern.callback = _api_view(pattern.callback)
         if pattern.name == "openapi-view":
