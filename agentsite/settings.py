@@ -148,6 +148,10 @@ AUTH_PASSWORD_VALIDATORS = [
 # (s, min, hour, day; "20/15min"); "0": no limit. Past either, 429 with Retry-After.
 API_RATE_LIMIT = env.str("API_RATE_LIMIT", default="300/min")
 API_AUTH_FAILURE_LIMIT = env.str("API_AUTH_FAILURE_LIMIT", default="20/15min")
+# How long an Idempotency-Key is kept: a retry within it gets the first answer (feedback/api/idempotency.py).
+API_IDEMPOTENCY_KEY_HOURS = env.int("API_IDEMPOTENCY_KEY_HOURS", default=24)
+if API_IDEMPOTENCY_KEY_HOURS < 1:
+    raise ImproperlyConfigured(f"API_IDEMPOTENCY_KEY_HOURS is at least 1, not {API_IDEMPOTENCY_KEY_HOURS}.")
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "feedback-home"
 LOGOUT_REDIRECT_URL = "login"
@@ -277,6 +281,7 @@ CELERY_BEAT_SCHEDULE = {
     # Run sandboxes past RUN_SANDBOX_RETENTION_DAYS removed, workspaces not measured yet measured
     # (feedback/retention.py).
     "clean-run-sandboxes": {"task": "feedback.tasks.run_sandboxes_clean_task", "schedule": 3600.0},
+    "purge-idempotency-keys": {"task": "feedback.tasks.idempotency_keys_purge_task", "schedule": 3600.0},
 }
 
 # --- The agent -------------------------------------------------------------------------------

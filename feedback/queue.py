@@ -3,8 +3,9 @@ name, so the code that queues (services, the agent, the reaper, views) never imp
 feedback.tasks, which imports that code to run it.
 
 Work is queued once the current transaction commits: the worker never sees a run before its
-row. A broker that is down neither fails the caller nor undoes its committed change: the
-reaper sends the run, or its evaluation, again (agent/checkpoint.py).
+row. A broker that is down, or a send that fails in any other way, neither fails the caller nor
+undoes its committed change: the reaper sends the run, or its evaluation, again
+(agent/checkpoint.py).
 """
 
 import logging
@@ -32,11 +33,16 @@ def _after_commit(name: str, *args: Any, countdown: float | None = None, **kwarg
     options = {} if countdown is None else {"countdown": countdown}
 
     def send() -> None:
+        then = "is not sent again" if name in _NOT_RESENT else "will be sent again by the reaper"
         try:
             app.send_task(name, args, kwargs, **options)
         except (BrokerError, OSError):
-            then = "is not sent again" if name in _NOT_RESENT else "will be sent again by the reaper"
             logger.warning("the broker is unavailable; %s%s %s", name, args, then)
+        except Exception:
+            # Not a broker that is down but a sender that cannot send (a transport that fails to
+            # import, a misconfigured URL): logged with its traceback, and still no error for the
+            # caller, whose change is committed (a client told "error" would submit it again).
+            logger.exception("sending %s%s failed; it %s", name, args, then)
 
     transaction.on_commit(send)
 

@@ -126,3 +126,11 @@ def alerts_evaluate_task() -> None:
 def alert_deliver_task(delivery_id: int) -> None:
     # One attempt; a failure that may pass queues the next one itself (after its backoff).
     alert_deliver(delivery_id=delivery_id)
+
+
+@shared_task(ignore_result=True)
+def idempotency_keys_purge_task() -> None:
+    # Beat's hourly job: API idempotency keys past API_IDEMPOTENCY_KEY_HOURS (feedback/api/idempotency.py).
+    from feedback.api.idempotency import purge_expired
+
+    purge_expired()

@@ -1,11 +1,15 @@
 """Every refusal of the API is JSON ``{"detail": "...", "errors": {field: [messages]}}`` (``errors``
 only where fields are at fault) with the status that says what happened: 400 the request (field
 errors), 401 no usable token, 403 not allowed, 404 no such thing (or not yours to see), 409 the
-state changed first (someone else decided), 413 too large, 429 too many requests (Retry-After)."""
+state changed first (someone else decided), 413 too large, 422 an idempotency key sent with another
+request, 429 too many requests (Retry-After); and 500, logged with its traceback, for an exception
+nothing expected: a client reading JSON never gets Django's HTML error page."""
 
 from django import forms
+from django.core import signals
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
+from django.utils.log import log_response
 from django.utils.translation import gettext as _
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -100,6 +104,15 @@ def install(api: NinjaAPI) -> None:
     def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
         return _respond(api, request, ApiError(413, _("The request body is too large.")))
 
+    def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+        # As Django's own 500 is logged and signalled (error trackers listen), in JSON.
+        signals.got_request_exception.send(sender=None, request=request)
+        detail = _("The server failed to answer this request: the error is logged.")
+        response = _respond(api, request, ApiError(500, detail))
+        log_response("Internal Server Error: %s", request.path, response=response, request=request, exception=exc)
+        return response
+
+    api.add_exception_handler(Exception, unexpected)
     api.add_exception_handler(ApiError, api_error)
     api.add_exception_handler(ValidationError, validation_error)
     api.add_exception_handler(HttpError, http_error)

@@ -1,5 +1,6 @@
 """Submitting a task, the workspaces a caller may use for it, who the caller is, and the metrics."""
 
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
@@ -9,7 +10,7 @@ from ninja import Query, Router, Status
 from feedback import metrics, quota, selectors, services, tool_metrics
 from feedback.forms import MetricsFilterForm, TaskForm
 
-from . import present
+from . import idempotency, present
 from .auth import require_perm, require_write, token_of, user_of
 from .errors import form_invalid, invalid, refusals
 from .schemas import MeOut, MetricsOut, MetricsQuery, RunSummaryOut, TaskIn, WorkspaceOut
@@ -17,14 +18,41 @@ from .schemas import MeOut, MetricsOut, MetricsQuery, RunSummaryOut, TaskIn, Wor
 router = Router()
 
 
-@router.post("/tasks", response={201: RunSummaryOut, **refusals(400, 413)}, tags=["tasks"], summary="Submit a task")
+@router.post(
+    "/tasks",
+    response={201: RunSummaryOut, **refusals(400, 413, 422)},
+    tags=["tasks"],
+    summary="Submit a task",
+    openapi_extra={"parameters": [idempotency.OPENAPI_PARAMETER]},
+)
 def submit_task(request: HttpRequest, payload: TaskIn, response: HttpResponse) -> Status:
     """Queue a run of a new task, as the task form does: the same kinds, length, workspaces (shared
     ones, and your own uploads) and file checks (up to 10 UTF-8 text files of 1 MB, given as
     ``{"name", "content"}``, copied into a new workspace of yours on top of the chosen one). The
-    answer is the queued run; its address is in ``Location``."""
+    answer is the queued run; its address is in ``Location``.
+
+    Send an ``Idempotency-Key`` (e.g. a new UUID per task) to retry safely: the same key with the
+    same body answers the first run again (``Idempotent-Replayed: true``) and queues nothing more;
+    the same key with another body is 422."""
     user = require_write(request)
     require_perm(user, "feedback.add_task")
+    key = idempotency.key_of(request)
+    if key is None:
+        answer = _submit(user, payload)
+    else:
+        answer = idempotency.answer_once(
+            user=user,
+            key=key,
+            fingerprint=idempotency.fingerprint(request, payload),
+            create=lambda: _submit(user, payload),
+        )
+        if answer.replayed:
+            response[idempotency.REPLAYED_HEADER] = "true"
+    response["Location"] = reverse("api-v1:read_run", kwargs={"run_id": answer.body["id"]})
+    return Status(answer.status, answer.body)
+
+
+def _submit(user: AbstractBaseUser, payload: TaskIn) -> idempotency.Answer:
     files = [SimpleUploadedFile(f.name, f.content.encode()) for f in payload.files]
     data = {**payload.model_dump(exclude={"files", "workspace_id"}), "workspace": payload.workspace_id}
     form = TaskForm(data, MultiValueDict({"files": files}), user=user)
@@ -47,8 +75,8 @@ def submit_task(request: HttpRequest, payload: TaskIn, response: HttpResponse) -
     except quota.QuotaExceeded as refused:  # another submission of theirs took the room first
         raise invalid({"__all__": [str(refused)]}) from None
     run.refresh_from_db()
-    response["Location"] = reverse("api-v1:read_run", kwargs={"run_id": run.pk})
-    return Status(201, present.run_summary(run))
+    # As JSON, as a replay gives it from the key's row: the first answer and a retry's are the same.
+    return idempotency.Answer(201, RunSummaryOut.model_validate(present.run_summary(run)).model_dump(mode="json"))
 
 
 @router.get("/workspaces", response={200: list[WorkspaceOut], **refusals()}, tags=["tasks"], summary="List workspaces")

@@ -7,8 +7,10 @@ from collections.abc import Callable
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
-from django.urls import URLPattern
+from django.urls import URLPattern, re_path
+from django.utils.cache import patch_cache_control
 from django.utils.translation import gettext as _
+from django.views.decorators.common import no_append_slash
 from django.views.decorators.csp import csp_override
 from ninja import NinjaAPI, Swagger
 
@@ -44,7 +46,8 @@ api.add_router("", strategies.router)
 def _api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """One of the API's views, open without a session (the token is checked instead:
     LoginRequiredMiddleware would send a client to the login page), answering a method it does
-    not take in JSON like every other refusal."""
+    not take in JSON like every other refusal. No answer is stored on the way (``no-store``):
+    each is one account's data, or a refusal that must not outlive the request."""
 
     @login_not_required
     @functools.wraps(view)
@@ -54,13 +57,21 @@ def _api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
             allowed = response["Allow"]
             response = JsonResponse({"detail": _("Use %(methods)s here.") % {"methods": allowed}}, status=405)
             response["Allow"] = allowed
+        patch_cache_control(response, no_store=True)
         return response
 
     return api_view
 
 
+@no_append_slash
+def _no_such_endpoint(request: HttpRequest, path: str) -> HttpResponse:
+    # Django's 404 would be the site's HTML page; a client of the API reads JSON.
+    return JsonResponse({"detail": _("Not found.")}, status=404)
+
+
 def urls() -> tuple[list[URLPattern], str, str]:
     patterns, app_name, namespace = api.urls
+    patterns = [*patterns, re_path(r"^(?P<path>.*)$", _no_such_endpoint, name="no-such-endpoint")]
     for pattern in patterns:
         pattern.callback = _api_view(pattern.callback)
         if pattern.name == "openapi-view":

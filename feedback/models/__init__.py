@@ -2,6 +2,7 @@ from .account import LoginFailures
 from .alert import AlertAttempt, AlertDelivery, AlertIncident, AlertRule
 from .cost import ModelPrice
 from .evaluation import Evaluation, EvaluationProfile
+from .idempotency import IdempotencyKey
 from .lock import JobLock
 from .mcp import McpServer, McpToolOverride
 from .run import AppliedStrategy, Run
@@ -24,6 +25,7 @@ __all__ = [
     "DailyToolStats",
     "Evaluation",
     "EvaluationProfile",
+    "IdempotencyKey",
     "JobLock",
     "LoginFailures",
     "McpServer",
