@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('feedback', '0026_run_error_index'),
+        ('feedback', '0029_disk_quota_retention'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
