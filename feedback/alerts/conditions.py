@@ -4,13 +4,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Greatest
 
 from feedback import metrics
 from feedback.metrics import Window
 from feedback.models import AlertRule, Run, Step, Strategy, Task, ToolConfirmation
-from feedback.strategies.trials import GUARDRAIL_REFUSAL, trial_stats
+from feedback.strategies.trials import trial_stats
 
 # Stuck runs named in an incident's figures (the count covers them all).
 STUCK_LISTED = 10
@@ -89,15 +89,12 @@ def check_score_drop(rule: AlertRule, now: datetime) -> list[Finding]:
 
 
 def _failed_run_rate(window: Window) -> dict:
-    """Of the window's finished runs (answered or failed), those with a failed tool call (a
-    guardrail's refusal aside) or a failed status: the trials' error-rate counter-metric."""
-    failed_call = Step.objects.filter(run=OuterRef("pk"), kind=Step.Kind.TOOL_CALL, success=False).exclude(
-        error_class=GUARDRAIL_REFUSAL
-    )
+    """Of the window's finished runs (answered or failed), those with an error (metrics.run_had_error:
+    a refusal is none) or a failed status: the trials' error-rate counter-metric."""
     row = (
         window.runs()
         .filter(status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED])
-        .annotate(had_error=Exists(failed_call))
+        .annotate(had_error=metrics.run_had_error())
         .aggregate(runs=Count("id"), failing=Count("id", filter=Q(had_error=True) | Q(status=Run.Status.FAILED)))
     )
     return {"value": metrics.rate(row["failing"], row["runs"]), "runs": row["runs"], "failing": row["failing"]}

@@ -46,11 +46,11 @@ import math
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from feedback.models import AppliedStrategy, Run, Step, Strategy
+from feedback.metrics.errors import run_had_error
+from feedback.models import AppliedStrategy, Run, Strategy
 
 ALPHA = 0.05  # every interval: 95%, always valid
 MIXTURE = 0.4  # τ in units of the metric's spread (see the module docstring)
@@ -71,8 +71,6 @@ GUARDS = {
 }
 GUARD_LABELS = {"error_rate": gettext_lazy("error rate"), "tokens": gettext_lazy("tokens per run"),
                 "duration": gettext_lazy("run duration (s)"), "cost": gettext_lazy("cost per run (USD)")}  # fmt: skip
-# A refusal by a guardrail is a strategy at work, not a failure; a run it derails still fails.
-GUARDRAIL_REFUSAL = "GuardrailRefused"
 
 
 @dataclass
@@ -339,13 +337,11 @@ def compare(
 
 def trial_stats(strategy: Strategy) -> TrialStats:
     """The statistics of a strategy's trial, from the runs assigned to each of its arms."""
-    failed_call = Step.objects.filter(run=OuterRef("run"), kind=Step.Kind.TOOL_CALL, success=False).exclude(
-        error_class=GUARDRAIL_REFUSAL
-    )
     rows = (
         AppliedStrategy.objects.filter(strategy_version__strategy=strategy)
         .exclude(arm=AppliedStrategy.Arm.ACTIVE)
-        .annotate(had_error=Exists(failed_call))
+        # The metrics' one definition of an error: a guardrail's or a person's refusal is none.
+        .annotate(had_error=run_had_error("run"))
         .values_list("arm", "run__status", "run__score", "had_error", "run__tokens_in", "run__tokens_out",
                      "run__started_at", "run__finished_at", "run__cost")
     )  # fmt: skip
