@@ -77,4 +77,10 @@ class Migration(migrations.Migration):
             model_name="run",
             name="counted_at",
         ),
+        migrations.AddIndex(
+            model_name="dailytoollatency",
+            index=models.Index(
+                fields=["task_kind", "day", "tool_name", "bucket", "calls"], name="daily_tool_latency_kind"
+            ),
+        ),
     ]
