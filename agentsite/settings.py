@@ -57,17 +57,23 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # Django's, sending an htmx request whose session ended to the login page as a whole page
-    # (it reads request.htmx, which HtmxMiddleware sets before any view hook runs).
+    # (it reads request.htmx, which HtmxMiddleware sets before any view hook runs). Before CSRF,
+    # which reads the body: a signed-out person's upload is refused unread.
     "feedback.middleware.LoginRequiredMiddleware",
+    # A body larger than the address takes, or of unknown length, refused unread (413, 411).
+    "feedback.middleware.RequestBodyLimitMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # After the user, the language and the messages are known: the 405 page shows them.
     "feedback.middleware.MethodNotAllowedPageMiddleware",
 ]
+
+# Uploads are kept in memory up to the view's limits, never written to disk (feedback/uploads.py).
+FILE_UPLOAD_HANDLERS = ["feedback.uploads.BoundedMemoryUploadHandler"]
 
 ROOT_URLCONF = "agentsite.urls"
 WSGI_APPLICATION = "agentsite.wsgi.application"
@@ -385,12 +391,18 @@ LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"run_context": {"()": "feedback.logging.RunContextFilter"}},
+    "filters": {
+        "run_context": {"()": "feedback.logging.RunContextFilter"},
+        # A refused request (4xx) is one line, without Django's traceback; a 500 keeps its own.
+        "refusals": {"()": "feedback.logging.RefusalFilter"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [run=%(run_id)s step=%(step)s] %(message)s"},
         "json": {"()": "feedback.logging.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["run_context"]}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["refusals", "run_context"]}
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
