@@ -55,6 +55,14 @@ def run_export_task(self, run_id: int) -> None:
         raise self.retry(countdown=backoff / 2 + random.uniform(0, backoff / 2), max_retries=None) from exc
 
 
+@shared_task(ignore_result=True, soft_time_limit=900)
+def mcp_listings_refresh_task() -> None:
+    # Beat's: the MCP servers' stored tool listings kept current, off every run's path.
+    from feedback.agent.tools.mcp import mcp_listings_refresh
+
+    mcp_listings_refresh()
+
+
 @shared_task(ignore_result=True, soft_time_limit=600)
 def strategies_mine_task() -> None:
     # Beat's hourly job and the "Analyse now" button: the configured window, read when it runs.
