@@ -288,6 +288,8 @@ CELERY_BEAT_SCHEDULE = {
     # (feedback/retention.py).
     "clean-run-sandboxes": {"task": "feedback.tasks.run_sandboxes_clean_task", "schedule": 3600.0},
     "purge-idempotency-keys": {"task": "feedback.tasks.idempotency_keys_purge_task", "schedule": 3600.0},
+    # MCP servers' tool listings, never listed or older than MCP_TOOLS_REFRESH_SECONDS (runs never list).
+    "refresh-mcp-listings": {"task": "feedback.tasks.mcp_listings_refresh_task", "schedule": 60.0},
 }
 
 # --- The agent -------------------------------------------------------------------------------
@@ -325,8 +327,8 @@ TOOL_RETRIEVAL_LIMIT = env.int("TOOL_RETRIEVAL_LIMIT", default=10)
 TOOL_BREAKER_FAILURES = env.int("TOOL_BREAKER_FAILURES", default=5)
 TOOL_BREAKER_RESET_SECONDS = env.float("TOOL_BREAKER_RESET_SECONDS", default=30.0)
 TOOL_BACKOFF_SECONDS = env.float("TOOL_BACKOFF_SECONDS", default=0.2)
-# A run lists an MCP server's tools again when its stored listing is older than this (0: only
-# when an operator tests the server in the admin).
+# Beat lists an MCP server's tools again when its stored listing is older than this (0: only a
+# server never listed, or when an operator saves or tests it in the admin). Runs never list.
 MCP_TOOLS_REFRESH_SECONDS = env.int("MCP_TOOLS_REFRESH_SECONDS", default=3600)
 HTTP_GET_ALLOWED_HOSTS = env.list("HTTP_GET_ALLOWED_HOSTS", default=[])
 # A running run whose heartbeat is older than this lost its worker; the reaper re-queues it.
