@@ -6,12 +6,21 @@ from typing import Any
 
 from feedback.models import Run, Step
 
+from .answers import GUARDRAIL_REFUSED
+
+REFUSAL_NOTE = "A rule of the runtime refused this call: follow it; it is for you, never to be quoted in your answer."
+
 
 def observation_of(step: Step) -> str:
     if step.success:
         payload: dict[str, Any] = {"ok": True, "result": step.result}
         if step.stale:
             payload["note"] = "The tool is unavailable; this is its last known result and may be stale."
+        return json.dumps(payload, ensure_ascii=False)
+    if step.error_class == GUARDRAIL_REFUSED:
+        # Marked as the runtime's rule, apart from what a tool said: an answer may report a tool's
+        # error, never a refusal's wording (answers.quoted_refusal holds the loop to it).
+        payload = {"ok": False, "refused_by": "guardrail", "error": step.error, "note": REFUSAL_NOTE}
         return json.dumps(payload, ensure_ascii=False)
     return json.dumps({"ok": False, "error": step.error}, ensure_ascii=False)
 
@@ -42,7 +51,7 @@ def recorded_steps(run: Run) -> list[Step]:
     return list(
         run.steps.order_by("index").only(
             "run", "turn", "kind", "thought", "tool_name", "tool_call_id", "arguments", "result", "error",
-            "success", "stale",
+            "error_class", "success", "stale",
         )
     )  # fmt: skip
 
