@@ -26,8 +26,6 @@ def observation_of(step: Step) -> str:
 
 
 def _assistant_message(thought: str, calls: list[Step]) -> dict[str, Any]:
-    # "" rather than null when the turn was only tool calls: OpenAI takes either, but
-    # llama-cpp-python's server refuses a null content (a 500 on every turn after the first call).
     message: dict[str, Any] = {"role": "assistant", "content": thought}
     if calls:
         message["tool_calls"] = [

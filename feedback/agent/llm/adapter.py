@@ -90,7 +90,10 @@ class EndpointModel:
                 return self._complete_json(messages, tools)
             raise
 
-    def _create(self, **kwargs: Any) -> Any:
+    def _create(self, *, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+        # Content always a string: OpenAI takes null beside tool calls, but llama-cpp-python's
+        # server answers it with a 500 (on every turn after the first call).
+        kwargs["messages"] = [m if m.get("content") is not None else {**m, "content": ""} for m in messages]
         if self.max_tokens:
             kwargs["max_tokens"] = self.max_tokens
         if settings.LLM_TEMPERATURE is not None:
