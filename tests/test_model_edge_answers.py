@@ -90,7 +90,9 @@ def test_a_reply_copying_the_instruction_is_still_an_echo(endpoint, demo_workspa
 # --- 23.4: guardrail text never becomes a user's answer --------------------------------------------
 def test_an_answer_quoting_a_refusal_is_asked_for_again(endpoint, demo_workspace):
     with_the_precondition()
-    refused = "Guardrail: call list_directory successfully before read_text_file (a rule learned from earlier failures)."
+    refused = (
+        "Guardrail: call list_directory successfully before read_text_file (a rule learned from earlier failures)."
+    )
     endpoint.script = [
         completion(tool_calls=[call("read_text_file", {"path": "docs/release-notes.txt"})]),
         completion(f"I could not find release-notes.txt: {refused}"),

@@ -5,6 +5,7 @@ and the tests' OTLP receiver (real protobuf over real HTTP)."""
 
 import re
 from datetime import timedelta
+from itertools import pairwise
 
 import pytest
 from django.urls import reverse
@@ -75,8 +76,8 @@ def test_every_model_call_is_a_step_with_its_start_duration_tokens_and_attempts(
     assert retried.duration_ms >= 2 * DELAY * 1000
     # On one time axis: each step after the one before it.
     timed = [s for s in steps if s.started_at]
-    assert all(a.started_at <= b.started_at for a, b in zip(timed, timed[1:], strict=False))
-    assert all(a.finished_at <= b.started_at for a, b in zip(calls, calls[1:], strict=False))
+    assert all(a.started_at <= b.started_at for a, b in pairwise(timed))
+    assert all(a.finished_at <= b.started_at for a, b in pairwise(calls))
 
 
 def test_the_waterfall_draws_each_model_call(client, operator, endpoint):
