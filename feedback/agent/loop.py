@@ -227,8 +227,10 @@ class AgentLoop:
 
     def _act(self, turn: int, called: ModelCall) -> list[Step]:
         reply = called.reply
-        # The model call's step, with its times, tokens (and so its cost) and attempts.
-        self.record.step(**called.step_fields(), turn=turn, kind=Step.Kind.THOUGHT, thought=reply.content)
+        # The model call's step (its times, tokens and so its cost, attempts), written with the
+        # turn's first outcomes, in their transaction; on its own before an engine call or a pause.
+        fields = called.step_fields()
+        lead = (fields.pop("tries"), {**fields, "turn": turn, "kind": Step.Kind.THOUGHT, "thought": reply.content})
         waiting = [c for c in reply.tool_calls if self._needs_confirmation(c)]
         engine = [c for c in reply.tool_calls if c not in waiting and self._is_engine(c)]
         pooled = [c for c in reply.tool_calls if c not in waiting and c not in engine]
@@ -258,12 +260,12 @@ class AgentLoop:
             if call in waiting:
                 continue
             if call in engine:
-                steps += self.record.tool_calls(turn, together)
-                together = []
+                steps += self.record.tool_calls(turn, together, lead=lead)
+                together, lead = [], None
                 steps.append(self._engine_call(turn, call))
             else:
                 together.append((call, outcomes[call.id], " ".join(decisions[call.id].notes), {}))
-        steps += self.record.tool_calls(turn, together)
+        steps += self.record.tool_calls(turn, together, lead=lead)
         if waiting:
             self._ask_for_confirmation(turn, waiting)
         return [s for s in steps if s.success is False]
