@@ -125,7 +125,9 @@ def test_a_database_that_stays_away_fails_the_run_cleanly():
     assert run.error.startswith("Internal error: OperationalError")
     assert run.finished_at is not None and run.worker
     steps = _assert_whole(run)
-    assert len(steps) == 1  # the first write went through; none of the failed ones left a trace
+    # The first write went through (the first model call's step and its calculator call's); none
+    # of the failed ones left a trace.
+    assert len(steps) == 2
 
 
 def test_a_real_worker_survives_its_connections_being_cut_mid_run(shared_folders):
