@@ -64,17 +64,23 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # Django's, sending an htmx request whose session ended to the login page as a whole page
-    # (it reads request.htmx, which HtmxMiddleware sets before any view hook runs).
+    # (it reads request.htmx, which HtmxMiddleware sets before any view hook runs). Before CSRF,
+    # which reads the body: a signed-out person's upload is refused unread.
     "feedback.middleware.LoginRequiredMiddleware",
+    # A body larger than the address takes, or of unknown length, refused unread (413, 411).
+    "feedback.middleware.RequestBodyLimitMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # After the user, the language and the messages are known: the 405 page shows them.
     "feedback.middleware.MethodNotAllowedPageMiddleware",
 ]
+
+# Uploads are kept in memory up to the view's limits, never written to disk (feedback/uploads.py).
+FILE_UPLOAD_HANDLERS = ["feedback.uploads.BoundedMemoryUploadHandler"]
 
 ROOT_URLCONF = "agentsite.urls"
 WSGI_APPLICATION = "agentsite.wsgi.application"
@@ -289,6 +295,8 @@ CELERY_BEAT_SCHEDULE = {
     # (feedback/retention.py).
     "clean-run-sandboxes": {"task": "feedback.tasks.run_sandboxes_clean_task", "schedule": 3600.0},
     "purge-idempotency-keys": {"task": "feedback.tasks.idempotency_keys_purge_task", "schedule": 3600.0},
+    # MCP servers' tool listings, never listed or older than MCP_TOOLS_REFRESH_SECONDS (runs never list).
+    "refresh-mcp-listings": {"task": "feedback.tasks.mcp_listings_refresh_task", "schedule": 60.0},
 }
 
 # --- The agent -------------------------------------------------------------------------------
@@ -326,8 +334,8 @@ TOOL_RETRIEVAL_LIMIT = env.int("TOOL_RETRIEVAL_LIMIT", default=10, ge=1)
 TOOL_BREAKER_FAILURES = env.int("TOOL_BREAKER_FAILURES", default=5, ge=1)
 TOOL_BREAKER_RESET_SECONDS = env.float("TOOL_BREAKER_RESET_SECONDS", default=30.0, gt=0)
 TOOL_BACKOFF_SECONDS = env.float("TOOL_BACKOFF_SECONDS", default=0.2, ge=0)
-# A run lists an MCP server's tools again when its stored listing is older than this (0: only
-# when an operator tests the server in the admin).
+# Beat lists an MCP server's tools again when its stored listing is older than this (0: only a
+# server never listed, or when an operator saves or tests it in the admin). Runs never list.
 MCP_TOOLS_REFRESH_SECONDS = env.int("MCP_TOOLS_REFRESH_SECONDS", default=3600, ge=0)
 HTTP_GET_ALLOWED_HOSTS = env.list("HTTP_GET_ALLOWED_HOSTS", default=[])
 # A running run whose heartbeat is older than this lost its worker; the reaper re-queues it.
@@ -394,12 +402,18 @@ LOG_FORMAT = env.str("LOG_FORMAT", default="plain", choices=("plain", "json"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"run_context": {"()": "feedback.logging.RunContextFilter"}},
+    "filters": {
+        "run_context": {"()": "feedback.logging.RunContextFilter"},
+        # A refused request (4xx) is one line, without Django's traceback; a 500 keeps its own.
+        "refusals": {"()": "feedback.logging.RefusalFilter"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [run=%(run_id)s step=%(step)s] %(message)s"},
         "json": {"()": "feedback.logging.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["run_context"]}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["refusals", "run_context"]}
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }

@@ -1,4 +1,5 @@
-"""A run's spans, built with the SDK from its steps, attempts, confirmations and evaluations."""
+"""A run's spans, built with the SDK from its steps, attempts, confirmations and evaluations, and
+the spans that carry the evaluations given after its export (a reviewer's score, a new round)."""
 
 import os
 from collections import defaultdict
@@ -14,9 +15,10 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from feedback.models import AppliedStrategy, Evaluation, Run, Step
+from feedback.models.evaluation import OFFLINE_JUDGE_NAME
 
 from .config import _LENGTH_LIMIT_VARIABLES, CONTENT_MAX_CHARS, NS, SCOPE, capture_content
 from .errors import ExportNotReady
@@ -31,6 +33,44 @@ _PROVIDERS = {"openai": "openai", "offline": "offline_demo"}
 def run_spans(run: Run) -> list[ReadableSpan]:
     """The run's spans, built with the SDK from what the run recorded."""
     return _TraceBuilder(run, content=capture_content()).build()
+
+
+def evaluation_spans(run: Run, evaluations: Iterable[Evaluation]) -> list[ReadableSpan]:
+    """One EVALUATOR span per evaluation of ``run`` given after its trace was sent, each with an
+    id of its own, under the run's span in the run's trace and linked to it.
+
+    Backends keep the first copy of a span (Phoenix inserts spans with ON CONFLICT DO NOTHING),
+    so sending the run's spans again with a later score changes nothing there; OpenInference says
+    the same of any ended span ("Feedback obtained after the target span has ended MUST NOT be
+    added by mutating or re-exporting the original span", spec/annotations.md): a new EVALUATOR
+    span with ``evaluations.*`` and a link to its target carries it instead."""
+    return _TraceBuilder(run, content=capture_content()).build_evaluations(list(evaluations))
+
+
+def _top_run(run: Run) -> Run:
+    """The run a sub-agent's run was delegated from, at the top (``run`` itself at the top)."""
+    while run.parent_id is not None:
+        run = run.parent
+    return run
+
+
+def _rerun_root(run: Run) -> Run:
+    """The first run of the re-run chain ``run`` belongs to (``run`` itself if it is no re-run):
+    every re-run of a run is in the session of the run first asked for."""
+    seen = {run.pk}
+    while run.retry_of_id is not None and run.retry_of_id not in seen:
+        seen.add(run.retry_of_id)
+        run = Run.objects.only("pk", "task_id", "retry_of_id").get(pk=run.retry_of_id)
+    return run
+
+
+def _annotator_kind(evaluation: Evaluation) -> str:
+    """OpenInference's annotator kinds: a person, a language model, or code (the offline judge)."""
+    if evaluation.kind == Evaluation.Kind.HUMAN:
+        return "HUMAN"
+    if evaluation.kind == Evaluation.Kind.JUDGE and evaluation.evaluator != OFFLINE_JUDGE_NAME:
+        return "LLM"
+    return "CODE"
 
 
 def _share(windows: dict, turns: list[int], since: datetime, until: datetime) -> None:
@@ -80,11 +120,17 @@ class _TraceBuilder:
         events: Iterable[tuple[str, dict[str, Any], datetime]] = (),
         error: str = "",
         error_message: str = "",
+        links: Iterable[SpanContext] = (),
     ) -> SpanContext:
         self.ids.span_id = span_id_of(key)
         context = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent else Context()
         span = self.tracer.start_span(
-            name, context=context, kind=kind, attributes=_attributes(attributes), start_time=_nanos(start)
+            name,
+            context=context,
+            kind=kind,
+            attributes=_attributes(attributes),
+            links=[Link(target) for target in links],
+            start_time=_nanos(start),
         )
         for event, values, moment in events:
             span.add_event(event, _attributes(values), timestamp=_nanos(moment))
@@ -129,16 +175,52 @@ class _TraceBuilder:
                     self._tool_span(root, step, windows[turn][1], confirmations.get(step.tool_call_id))
         return list(self.collected.get_finished_spans())
 
+    def build_evaluations(self, evaluations: list[Evaluation]) -> list[ReadableSpan]:
+        run = self.run
+        self.ids.trace_id = trace_id_of(_top_run(run).pk)
+        flags = TraceFlags(TraceFlags.SAMPLED)
+        # The run's span, by its derived id: it need not be sent again, nor even have arrived yet.
+        target = SpanContext(self.ids.trace_id, span_id_of(f"run:{run.pk}"), is_remote=False, trace_flags=flags)
+        for e in evaluations:
+            result = self._evaluation_result(e)
+            failed = e.status == Evaluation.Status.FAILED
+            values = {
+                "gen_ai.conversation.id": str(run.pk),
+                "openinference.span.kind": "EVALUATOR",
+                "langfuse.observation.type": "evaluator",
+                # OpenInference's evaluations.* (Phoenix): one result per span, about its link's target.
+                "evaluations.0.evaluation.name": e.evaluator,
+                "evaluations.0.evaluation.score": e.score,
+                "evaluations.0.evaluation.label": result["gen_ai.evaluation.score.label"],
+                "evaluations.0.evaluation.explanation": result["gen_ai.evaluation.explanation"],
+                "evaluations.0.evaluation.annotator_kind": _annotator_kind(e),
+                # Results of one name on one target told apart (two reviewers' scores), stably.
+                "evaluations.0.evaluation.identifier": f"evaluation-{e.pk}",
+                "evaluations.0.evaluation.metadata": _json({"kind": e.kind, "round": e.round, "weight": e.weight}),
+                NS + "run.id": run.pk,
+                **result,
+            }
+            self._span(
+                f"evaluation:{e.pk}",
+                f"evaluation {e.evaluator}",
+                parent=target,
+                kind=SpanKind.INTERNAL,
+                start=e.created_at,
+                end=e.created_at,
+                attributes=values,
+                events=[("gen_ai.evaluation.result", result, e.created_at)],
+                error="evaluator_failed" if failed else "",
+                links=[target],
+            )
+        return list(self.collected.get_finished_spans())
+
     def _placement(self) -> tuple[int, SpanContext | None]:
         """The trace the run belongs to, and the span its own hangs from: a sub-agent's run is
         part of its parent's trace, under the span of the delegate call that started it."""
         run = self.run
         if run.parent_id is None:
             return trace_id_of(run.pk), None
-        top = run.parent
-        while top.parent_id is not None:
-            top = top.parent
-        trace_id = trace_id_of(top.pk)
+        trace_id = trace_id_of(_top_run(run).pk)
         if run.parent_step_id is not None:
             parent_span = span_id_of(f"step:{run.parent_step_id}")
         elif Run.objects.filter(pk=run.parent_id, status__in=Run.ACTIVE_STATUSES).exists():
@@ -184,8 +266,9 @@ class _TraceBuilder:
             **self.model,
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": run.task_kind,
-            # Trace-level for Langfuse and Phoenix: set by the top run only, for its whole trace.
-            "session.id": f"task-{run.task_id}" if top else None,
+            # Trace-level for Langfuse and Phoenix: set by the top run only, for its whole trace;
+            # a re-run is in the session of the run it re-runs (the first of its chain).
+            "session.id": f"task-{_rerun_root(run).task_id}" if top else None,
             "user.id": str(run.task.created_by_id) if top and run.task.created_by_id else None,
             "openinference.span.kind": "AGENT",
             "langfuse.observation.type": "agent",
@@ -220,29 +303,30 @@ class _TraceBuilder:
         return values
 
     def _evaluation_events(self) -> Iterable[tuple[str, dict[str, Any], datetime]]:
-        """The latest automatic round and every person's score, as gen_ai.evaluation.result."""
-        evaluations = list(Evaluation.objects.filter(run=self.run).order_by("round", "pk"))
-        automatic = [e.round for e in evaluations if e.kind != Evaluation.Kind.HUMAN]
-        latest = max(automatic, default=None)
-        for e in evaluations:
-            if e.kind != Evaluation.Kind.HUMAN and e.round != latest:
-                continue
-            failed = e.status == Evaluation.Status.FAILED
-            label = {True: "accomplished", False: "not_accomplished", None: None}[e.accomplished]
-            yield (
-                "gen_ai.evaluation.result",
-                {
-                    "gen_ai.evaluation.name": e.evaluator,
-                    "gen_ai.evaluation.score.value": e.score,
-                    "gen_ai.evaluation.score.label": "failed" if failed else label,
-                    "gen_ai.evaluation.explanation": e.feedback if self.content else None,
-                    "error.type": "evaluator_failed" if failed else None,
-                    NS + "evaluation.kind": e.kind,
-                    NS + "evaluation.round": e.round,
-                    NS + "evaluation.weight": e.weight,
-                },
-                e.created_at,
-            )
+        """The run's first automatic round (the one its export follows), as gen_ai.evaluation.result.
+        A person's score and any later round are sent on spans of their own (evaluation_spans):
+        nothing given after the export needs the run's spans sent again."""
+        automatic = list(
+            Evaluation.objects.filter(run=self.run).exclude(kind=Evaluation.Kind.HUMAN).order_by("round", "pk")
+        )
+        for e in automatic:
+            if e.round != automatic[0].round:
+                break
+            yield "gen_ai.evaluation.result", self._evaluation_result(e), e.created_at
+
+    def _evaluation_result(self, e: Evaluation) -> dict[str, Any]:
+        failed = e.status == Evaluation.Status.FAILED
+        label = {True: "accomplished", False: "not_accomplished", None: None}[e.accomplished]
+        return {
+            "gen_ai.evaluation.name": e.evaluator,
+            "gen_ai.evaluation.score.value": e.score,
+            "gen_ai.evaluation.score.label": "failed" if failed else label,
+            "gen_ai.evaluation.explanation": e.feedback if self.content else None,
+            "error.type": "evaluator_failed" if failed else None,
+            NS + "evaluation.kind": e.kind,
+            NS + "evaluation.round": e.round,
+            NS + "evaluation.weight": e.weight,
+        }
 
     def _reflection_events(
         self, steps: list[Step], over: dict[int, datetime]
