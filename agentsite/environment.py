@@ -38,6 +38,7 @@ _FALSE = frozenset({"false", "0", "no", "n", "off"})
 RATE_PERIODS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
 _RATE = re.compile(r"^([1-9]\d*)/(?:([1-9]\d*)?(" + "|".join(RATE_PERIODS) + r")|([1-9]\d*))$")
 NO_LIMIT = ("", "0")
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@/\s]+@")
 
 
 class BadValue(ValueError):
@@ -73,7 +74,7 @@ class Environment:
         try:
             return parse(raw)
         except BadValue as accepts:
-            self.problems.append(f"{var}={raw!r} is not valid: {var} is {accepts}.")
+            self.problems.append(f"{var}={_shown(raw)!r} is not valid: {var} is {accepts}.")
             return default
 
     def require(self, condition: bool, problem: str) -> None:
@@ -188,6 +189,11 @@ class Environment:
             return raw.strip()
 
         return self._read(var, default, zone)
+
+
+def _shown(raw: str) -> str:
+    """``raw`` as a problem may show it, in logs too: a URL's password masked."""
+    return _URL_PASSWORD.sub(r"\1***@", raw)
 
 
 def _within(value: float, ge: float | None, le: float | None) -> bool:

@@ -130,6 +130,14 @@ def test_a_good_value_is_read_as_its_type(monkeypatch, tmp_path, variable, value
     assert got["ENVIRONMENT_PROBLEMS"] == [] and got[variable] == read
 
 
+def test_a_bad_urls_password_is_not_shown():
+    env = Environment({"DATABASE_URL": "postgress://app:s3cret@db/feedback", "CACHE_URL": "redis2://:pw@cache/1"})
+    env.db("DATABASE_URL", default="sqlite:///db.sqlite3")
+    env.cache("CACHE_URL", default="locmemcache://")
+    assert env.problems[0].startswith("DATABASE_URL='postgress://app:***@db/feedback' is not valid: ")
+    assert env.problems[1].startswith("CACHE_URL='redis2://:***@cache/1' is not valid: ")
+
+
 def test_rules_between_settings_are_problems_too():
     env = Environment({"RUN_HEARTBEAT_SECONDS": "90"})
     heartbeat = env.float("RUN_HEARTBEAT_SECONDS", default=5.0, gt=0)
