@@ -4,10 +4,8 @@ With nothing set, the project runs embedded: SQLite in WAL mode, a file-system C
 that needs no server, a file cache and the offline demo model, all under ``var/``. Production
 changes only environment variables (``DATABASE_URL=postgres://...``,
 ``CELERY_BROKER_URL=redis://...``, ``CACHE_URL=redis://...``, ``OPENAI_BASE_URL``...).
-
-Every variable is read through ``env`` (agentsite/environment.py) with its type, default and what
-it accepts: ``choices=`` for a mode, ``ge=``/``le=`` for a number. A value it does not accept is a
-problem that stops ``manage.py check``, the web server and the worker, naming the variable.
+Each variable is read typed, with what it accepts (agentsite/environment.py: ``choices=`` for a mode,
+``ge=``/``le=`` for a number); a value it does not accept stops ``manage.py check`` and the servers.
 """
 
 import secrets
