@@ -4,7 +4,7 @@ the spans that carry the evaluations given after its export (a reviewer's score,
 import os
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -71,13 +71,6 @@ def _annotator_kind(evaluation: Evaluation) -> str:
     if evaluation.kind == Evaluation.Kind.JUDGE and evaluation.evaluator != OFFLINE_JUDGE_NAME:
         return "LLM"
     return "CODE"
-
-
-def _share(windows: dict, turns: list[int], since: datetime, until: datetime) -> None:
-    """Consecutive model calls with no recorded moment between them split their gap equally."""
-    slice_ = max(until - since, timedelta(0)) / len(turns)
-    for i, turn in enumerate(turns):
-        windows[turn] = (since + slice_ * i, since + slice_ * (i + 1))
 
 
 class _TraceBuilder:
@@ -147,10 +140,7 @@ class _TraceBuilder:
         turns: dict[int, list[Step]] = defaultdict(list)
         for step in steps:
             turns[step.turn].append(step)
-        asked: dict[int, datetime] = {}
-        for turn, requested_at in run.confirmations.values_list("turn", "requested_at"):
-            asked[turn] = min(requested_at, asked.get(turn, requested_at))
-        windows, reflected = self._timeline(turns, asked)
+        windows, reflected = self._timeline(turns)
 
         start = run.started_at or run.created_at
         ends = [s.finished_at for s in steps if s.finished_at]
@@ -231,26 +221,22 @@ class _TraceBuilder:
         return trace_id, SpanContext(trace_id, parent_span, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
 
     def _timeline(
-        self, turns: dict[int, list[Step]], asked: dict[int, datetime]
+        self, turns: dict[int, list[Step]]
     ) -> tuple[dict[int, tuple[datetime, datetime]], dict[int, datetime]]:
-        """Each turn's model call window, and when each turn's calls were over."""
+        """Each turn's model call as its step recorded it, and when each turn was over. A turn
+        recorded before model calls were timed gets a model call of no length at the last moment
+        known before it: nothing is made up."""
         windows: dict[int, tuple[datetime, datetime]] = {}
         over: dict[int, datetime] = {}
-        cursor = opened = self.run.started_at or self.run.created_at
-        waiting: list[int] = []  # model calls whose end is not known yet
+        cursor = self.run.started_at or self.run.created_at
         for turn, steps in turns.items():
-            if not waiting:
-                opened = cursor
-            waiting.append(turn)
-            calls = [s for s in steps if s.kind == Step.Kind.TOOL_CALL and s.started_at]
-            boundaries = [s.started_at for s in calls] + ([asked[turn]] if turn in asked else [])
-            if boundaries:
-                _share(windows, waiting, opened, min(boundaries))
-                waiting = []
-                cursor = max([cursor, *boundaries, *(s.finished_at or s.started_at for s in calls)])
-            over[turn] = cursor
-        if waiting:
-            _share(windows, waiting, opened, max(self.run.finished_at or cursor, opened))
+            called = [s for s in steps if s.kind in _MODEL_STEPS and s.started_at and s.finished_at]
+            if called:
+                windows[turn] = (min(s.started_at for s in called), max(s.finished_at for s in called))
+            else:
+                windows[turn] = (cursor, cursor)
+            moments = [m for s in steps for m in (s.started_at, s.finished_at) if m]
+            cursor = over[turn] = max([cursor, windows[turn][1], *moments])
         return windows, over
 
     def _run_attributes(self, steps: list[Step]) -> dict[str, Any]:
@@ -353,14 +339,13 @@ class _TraceBuilder:
         ]
 
     def _chat_span(self, root: SpanContext, turn: int, steps: list[Step], window: tuple[datetime, datetime]) -> None:
-        """The model call that began the turn. A reply made only of tool calls is recorded as those
-        calls, without a step of its own; its tokens are on the first of them."""
+        """The model call that began the turn: its step (a thought, the answer or a model error),
+        with its own times, tokens and attempts. (Turns recorded before every model call had a step
+        carry their tokens on their first tool call: summing the turn's steps counts them too.)"""
         run = self.run
         replies = [s for s in steps if s.kind in _MODEL_STEPS]
         calls = [s for s in steps if s.kind == Step.Kind.TOOL_CALL]
         failed = next((s for s in replies if s.kind == Step.Kind.MODEL_ERROR), None)
-        # The model call's tokens are on the first step of its turn: its reply, else its first
-        # tool call (feedback/agent/loop.py).
         tokens_in = sum(s.tokens_in for s in steps) if steps else None
         tokens_out = sum(s.tokens_out for s in steps) if steps else None
         values = {
