@@ -117,7 +117,7 @@ def went_wrong_groups(window: Window, *, by: tuple[str, ...] = ()) -> QuerySet[S
 
 
 def error_groups(window: Window, *, by: tuple[str, ...] = ()) -> QuerySet[Step]:
-    """The errors alone (errors.ERROR_STEP) of ``went_wrong_groups``."""
+    """The errors alone (errors.ERROR_STEP) of ``went_wrong_groups``, ``steps`` of each."""
     return went_wrong_groups(window, by=by).filter(category="errors")
 
 

@@ -15,7 +15,7 @@ Two failed tool calls are **not** errors and are counted apart, each as its own 
 - a **human rejection** (``Refused``): a reviewer refused a sensitive call's confirmation.
 
 An error is *repeated* when its signature (tool + error class + normalised message) was already
-seen in an earlier production run (``counts.error_groups``); a model error has no signature (it
+seen in an earlier production run (``counts.went_wrong_groups``); a model error has no signature (it
 is no tool's), so it counts as an error and never as a repeated one.
 """
 
