@@ -27,7 +27,9 @@ template, strata.py) the arms' mean difference, weighted by the stratum's share 
 
     d = Σ w_h (ȳ_t,h - ȳ_c,h),   s² = Σ w_h² (v_t/n_t,h + v_c/n_c,h),
 
-with v_t and v_c the arms' variances *within* strata, pooled over them. The arm difference no
+with v_t and v_c the arms' variances *within* strata, pooled over them, and s² multiplied by
+1 + (H - 1)/df (H strata, df the degrees of freedom within them: a small-sample correction, see
+``stratified_interval``). The arm difference no
 longer carries which tasks each arm happened to get, and s² loses the spread between tasks, which
 on a mix of easy and hard tasks is most of it (post-stratification; CUPED with the stratum as its
 covariate, estimated within the trial, so a template with no history needs none). With a single
@@ -135,6 +137,11 @@ def stratified_interval(strata: Iterable[tuple[Sample, Sample]], *, alpha: float
         s2 += weight * weight * (vt / t.n + vc / c.n)
     if s2 == 0:
         return Interval(difference, difference, difference)  # no spread at all: the difference is exact
+    # Each stratum's mean is estimated too: with few runs per stratum the variance within strata
+    # comes out small (by 20% at 60 runs over 8 tasks, by 48% over 30 tasks, in the tests'
+    # simulations). This factor matches both, and is 1 for one stratum and as runs accumulate.
+    free = min(sum(t.n for t, _ in pairs), sum(c.n for _, c in pairs)) - len(pairs)
+    s2 *= 1 + (len(pairs) - 1) / free
     half = half_width(s2, MIXTURE**2 * (vt + vc), alpha=alpha)
     return Interval(difference, difference - half, difference + half)
 

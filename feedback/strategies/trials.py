@@ -13,10 +13,10 @@ other, so the difference is what the strategy did, not which tasks each arm happ
 stratified the same way; one that is significantly worse in the treatment - its interval entirely
 above a tolerance - blocks the verdict "promote". **Sample-ratio mismatch**: the split of assigned
 runs against the configured fraction (sequential.split_test); a mismatch stops every automatic
-decision. Nothing is decided before ``STRATEGY_TRIAL_MIN_SAMPLES`` scored runs per arm, and as
-many degrees of freedom within strata (a stratified variance from a handful of runs per template
-is too unsure for the normal approximation: the simulations in tests/test_trial_strata.py
-measured it).
+decision. Nothing is decided before ``STRATEGY_TRIAL_MIN_SAMPLES`` scored runs per arm and,
+compared over several strata, twice as many degrees of freedom within them per arm (runs less
+strata): a variance within strata from a handful of runs per template is too unsure for the
+normal approximation (tests/test_trial_strata.py measures the result).
 """
 
 from dataclasses import dataclass
@@ -75,12 +75,15 @@ def _totals(strata: list[Stratum]) -> tuple[Sample, Sample]:
 
 
 def _enough(strata: list[Stratum], minimum: int) -> bool:
-    """Runs enough in each arm, and as many degrees of freedom within strata (module docstring)."""
+    """``minimum`` runs in each arm; compared over several strata, twice as many degrees of
+    freedom within them in each arm (module docstring)."""
     t, c = _totals(strata)
     compared = [s for s in strata if s.compared]
+    if len(compared) <= 1:
+        return min(t.n, c.n) >= minimum
     free_t = sum(s.treatment.n for s in compared) - len(compared)
     free_c = sum(s.control.n for s in compared) - len(compared)
-    return min(t.n, c.n, free_t + 1, free_c + 1) >= minimum
+    return min(t.n, c.n) >= minimum and min(free_t, free_c) >= 2 * minimum
 
 
 @dataclass(frozen=True)
@@ -106,9 +109,10 @@ class Guard:
         return str(GUARD_LABELS[self.name])
 
     def as_json(self) -> dict:
-        bounds = {"difference": self.interval.difference, "low": self.interval.low, "high": self.interval.high}
+        i = self.interval
+        bounds = {"difference": i.difference, "low": i.low, "high": i.high} if i else {}
         return {"treatment": self.treatment.as_json(), "control": self.control.as_json(),
-                **(bounds if self.interval else {}), "tolerance": self.tolerance, "worse": self.worse}  # fmt: skip
+                **bounds, "tolerance": self.tolerance, "worse": self.worse}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,17 @@ def recommend(interval: Interval | None, *, enough: bool, blocked: bool, mismatc
     return "collect_more"
 
 
+def decide(scores: list[Stratum], *, blocked: bool = False, mismatch: bool = False) -> tuple[Interval | None, str]:
+    """The interval of the scores' stratified difference and the recommendation, at any look
+    (what the trial page, beat and the simulations in the tests all decide by)."""
+    enough = _enough(scores, max(2, settings.STRATEGY_TRIAL_MIN_SAMPLES))
+    interval = interval_of(scores) if enough else None
+    minimum_effect = settings.STRATEGY_TRIAL_MIN_EFFECT
+    return interval, recommend(
+        interval, enough=enough, blocked=blocked, mismatch=mismatch, minimum_effect=minimum_effect
+    )
+
+
 def compare(
     treatment: Sample, control: Sample, *, guards: dict[str, tuple[Sample, Sample]] | None = None,
     split: Split | None = None, fraction: float = 0.5,
@@ -224,7 +239,6 @@ def compare_strata(scores: list[Stratum], *, guards: dict[str, list[Stratum]], s
     minimum = max(2, settings.STRATEGY_TRIAL_MIN_SAMPLES)
     minimum_effect = settings.STRATEGY_TRIAL_MIN_EFFECT
     treatment, control = _totals(scores)
-    enough = _enough(scores, minimum)
     checked = tuple(
         Guard(name, *_totals(strata), interval_of(strata) if _enough(strata, minimum) else None)
         for name, strata in guards.items()
@@ -238,10 +252,7 @@ def compare_strata(scores: list[Stratum], *, guards: dict[str, list[Stratum]], s
     if split.mismatch:
         blockers.append(_("the split of runs does not match the configured treatment share"))
     # Before the minimum the normal approximation is not to be trusted: no interval at all.
-    interval = interval_of(scores) if enough else None
-    recommendation = recommend(
-        interval, enough=enough, blocked=bool(blockers), mismatch=split.mismatch, minimum_effect=minimum_effect
-    )
+    interval, recommendation = decide(scores, blocked=bool(blockers), mismatch=split.mismatch)
     within = within_variances(scores)
     var_t, var_c = within if within else (ASSUMED_SCORE_SD**2, ASSUMED_SCORE_SD**2)
     done = treatment.n + control.n

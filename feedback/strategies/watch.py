@@ -67,9 +67,10 @@ class Watched:
         return self.interval.high < 0 if WATCHED[self.name][1] else self.interval.low > 0
 
     def as_json(self) -> dict:
-        bounds = {"difference": self.interval.difference, "low": self.interval.low, "high": self.interval.high}
+        i = self.interval
+        bounds = {"difference": i.difference, "low": i.low, "high": i.high} if i else {}
         return {"active": self.active.as_json(), "baseline": self.baseline.as_json(), "baseline_arm": self.baseline_arm,
-                **(bounds if self.interval else {}), "worse": self.worse}  # fmt: skip
+                **bounds, "worse": self.worse}  # fmt: skip
 
 
 @dataclass(frozen=True)
