@@ -60,6 +60,7 @@ ALPHA = 0.05  # every interval: 95%, always valid
 MIXTURE = 0.4  # τ in units of the metric's spread (see the module docstring)
 SRM_ALPHA = 0.01  # a fair split is flagged in at most 1% of trials, ever
 SRM_PRIOR = 10.0  # the beta mixture's concentration around the configured fraction
+ROUNDING = 1e-9  # below this, relative to the values, a spread or a difference is rounding error
 
 
 @dataclass
@@ -84,8 +85,12 @@ class Sample:
 
     @property
     def spread(self) -> float:
-        """The sum of squared deviations from the mean."""
-        return max(0.0, self.squares - self.total * self.total / self.n) if self.n else 0.0
+        """The sum of squared deviations from the mean; values all equal give 0 exactly, not the
+        rounding error of the sums (which would read as a spread, however tiny)."""
+        if not self.n:
+            return 0.0
+        spread = self.squares - self.total * self.total / self.n
+        return spread if spread > ROUNDING * max(1.0, self.squares) else 0.0
 
     @property
     def variance(self) -> float | None:
@@ -135,6 +140,8 @@ def stratified_interval(strata: Iterable[tuple[Sample, Sample]], *, alpha: float
         weight = (t.n + c.n) / total
         difference += weight * (t.mean - c.mean)
         s2 += weight * weight * (vt / t.n + vc / c.n)
+    if abs(difference) < ROUNDING:
+        difference = 0.0  # equal means, summed in another order, differ by a rounding error only
     if s2 == 0:
         return Interval(difference, difference, difference)  # no spread at all: the difference is exact
     # Each stratum's mean is estimated too: with few runs per stratum the variance within strata

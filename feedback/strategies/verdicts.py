@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from feedback.models import Strategy
 
-from .trials import trial_stats
+from .trials import TrialStats, trial_stats
 
 # The trial's recommendations, in words (the same words as the trial page).
 RECOMMENDATIONS = {
@@ -61,9 +61,10 @@ def experiment_verdict(strategy: Strategy) -> Verdict | None:
     return None
 
 
-def promotion_verdict(strategy: Strategy) -> Verdict:
-    """The verdict promoting ``strategy`` now would follow (module docstring)."""
+def promotion_verdict(strategy: Strategy, *, stats: TrialStats | None = None) -> Verdict:
+    """The verdict promoting ``strategy`` now would follow (module docstring); ``stats``: its
+    trial's statistics when the caller has them already."""
     if strategy.status == Strategy.Status.TRIAL or strategy.trial_started_at:
-        stats = trial_stats(strategy)
+        stats = stats or trial_stats(strategy)
         return Verdict("trial", stats.recommendation, stats.blockers, stats.as_json())
     return experiment_verdict(strategy) or Verdict("none", "no_verdict")

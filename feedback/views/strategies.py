@@ -66,6 +66,7 @@ def _detail_context(strategy: Strategy, *, edit_form: StrategyEditForm | None) -
     evidence = hindsight.evidence_hindsight(
         strategy, list(strategy.evidence.select_related("task__workspace").order_by("-pk")[:50])
     )
+    trial = trial_stats(strategy) if strategy.trial_started_at else None
     return {
         "strategy": strategy,
         "version": strategy.current_version,
@@ -74,9 +75,9 @@ def _detail_context(strategy: Strategy, *, edit_form: StrategyEditForm | None) -
         "evidence": evidence,
         "hindsight": hindsight.tally(evidence),
         "diff": selectors.strategy_prompt_diff(strategy),
-        "trial": trial_stats(strategy) if strategy.trial_started_at else None,
+        "trial": trial,
         # What promoting now would follow, and the last decision's frozen figures beside the live ones.
-        "verdict": promotion_verdict(strategy) if strategy.status == Strategy.Status.TRIAL else None,
+        "verdict": promotion_verdict(strategy, stats=trial) if strategy.status == Strategy.Status.TRIAL else None,
         "decided": _last_decision(strategy),
         "watch": watch_stats(strategy) if strategy.status == Strategy.Status.ACTIVE else None,
         "decision_form": StrategyDecisionForm(initial={"trial_fraction": strategy.trial_fraction}),
