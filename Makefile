@@ -75,10 +75,11 @@ LOCAL_LLM_SERVER = $(LLM_VENV)/bin/python -m llama_cpp.server --model "$$($(LLM_
 # replies, a small tool set (no sub-agents: a 1.5B model delegated every task to itself), tool
 # retrieval without embeddings (the server has none), and the offline heuristic judge (a 1.5B
 # judge adds a minute a run and little signal; the reference evaluator decides the outcome), and
-# proposals written by mining's templates (the 1.5B model's own repeated the prompt's rules).
+# proposals written by mining's templates (the 1.5B model's own repeated the prompt's rules); 12
+# steps: its model calls are steps too (8 before they were, for replies of tool calls alone).
 LOCAL_LLM_ENV := OPENAI_BASE_URL=http://127.0.0.1:$(LLM_PORT)/v1 LLM_MODEL=$(LOCAL_LLM_MODEL) \
 	LLM_TIMEOUT_SECONDS=300 LLM_MAX_TOKENS=384 LLM_MAX_ATTEMPTS=2 TOOL_RETRIEVAL_THRESHOLD=4 TOOL_RETRIEVAL_LIMIT=3 \
-	LLM_EMBEDDING_MODEL= LLM_JUDGE_BACKEND=offline STRATEGY_PROPOSAL_WRITER=template AGENT_MAX_STEPS=8 AGENT_MAX_SECONDS=300 SUBAGENT_MAX_DEPTH=0
+	LLM_EMBEDDING_MODEL= LLM_JUDGE_BACKEND=offline STRATEGY_PROPOSAL_WRITER=template AGENT_MAX_STEPS=12 AGENT_MAX_SECONDS=300 SUBAGENT_MAX_DEPTH=0
 
 local-llm: $(LLM_VENV)/.installed
 	@echo

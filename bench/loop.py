@@ -1,5 +1,5 @@
 """Benchmark 1: what the engine adds to each model call, with the model and the tool taking no
-time: runs of 10 steps through ``execute_run`` (claim, lease, heartbeat thread, strategy
+time: runs of 10 model calls through ``execute_run`` (claim, lease, heartbeat thread, strategy
 selection, the conversation, the tool invoker with its schema check, shared breaker and thread
 pool, each step written with the run's counters under the lease, the run's end), each followed by
 the evaluation it queues (``evaluate_run``: the evaluators, the score and outcome, the rollups),
@@ -92,13 +92,14 @@ def bare_insert_seconds(count: int) -> float:
 def run_and_evaluation_seconds(steps: int) -> float:
     """Seconds for one ``steps``-step run through the real engine, and its evaluation."""
     run = _new_run()
-    with override_settings(AGENT_MAX_STEPS=steps + 1):
+    # ``steps`` model calls: each but the last with its noop call (a step each: 2 * steps - 1).
+    with override_settings(AGENT_MAX_STEPS=2 * steps):
         started = time.perf_counter()
         execute_run(run.pk, model=ZeroLatencyModel(steps), tools={"noop": NOOP_TOOL})
         evaluate_run(run.pk)
         elapsed = time.perf_counter() - started
     run.refresh_from_db()
-    if run.status != Run.Status.SUCCEEDED or run.step_count != steps or run.score is None:
+    if run.status != Run.Status.SUCCEEDED or run.step_count != 2 * steps - 1 or run.score is None:
         raise RuntimeError(f"bench run ended {run.status} with {run.step_count} steps: {run.error}")
     return elapsed
 

@@ -1,6 +1,7 @@
 import json
 import math
 import re
+import unicodedata
 from datetime import datetime, timedelta
 
 from django import forms
@@ -93,6 +94,24 @@ def check_upload(upload: UploadedFile) -> None:
         raise forms.ValidationError(_("%(name)s is not a text file."), params={"name": name})
 
 
+def _upload_key(name: str) -> str:
+    """The file a name becomes in the workspace (the sandbox strips it), whatever the case or the
+    Unicode form: on macOS's and Windows' file systems "Notes.txt" and "notes.txt" are one file.
+    (Django has already reduced "a/../b.txt" to "b.txt".)"""
+    return unicodedata.normalize("NFC", name.strip()).casefold()
+
+
+def _duplicate_upload(name: str, first: str) -> forms.ValidationError:
+    if name == first:
+        return forms.ValidationError(
+            _("%(name)s is uploaded twice: each file needs its own name."), params={"name": name}
+        )
+    return forms.ValidationError(
+        _("%(name)s and %(first)s would be one file in the workspace: each file needs its own name."),
+        params={"name": name, "first": first},
+    )
+
+
 class TaskForm(forms.Form):
     kind = forms.ChoiceField(label=_("Kind"), choices=Task.Kind.choices, initial=Task.Kind.GENERAL)
     text = forms.CharField(
@@ -151,12 +170,17 @@ class TaskForm(forms.Form):
         files = self.cleaned_data.get("files") or []
         if len(files) > UPLOAD_MAX_FILES:
             raise forms.ValidationError(_("At most 10 files at a time."))
-        errors = []
+        errors, names = [], {}
         for upload in files:
             try:
                 check_upload(upload)
             except forms.ValidationError as error:
                 errors.append(error)
+            # The second of two files of one name would replace the first in the workspace.
+            name, key = upload.name or "", _upload_key(upload.name or "")
+            if key in names:
+                errors.append(_duplicate_upload(name, names[key]))
+            names.setdefault(key, name)
         if errors:
             raise forms.ValidationError(errors)
         return files

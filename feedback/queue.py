@@ -25,8 +25,9 @@ STRATEGIES_MINE = "feedback.tasks.strategies_mine_task"
 DEMO_LOOP = "feedback.tasks.demo_loop_task"
 ALERT_DELIVER = "feedback.tasks.alert_deliver_task"
 RUN_EXPORT = "feedback.tasks.run_export_task"
+EVALUATIONS_EXPORT = "feedback.tasks.evaluations_export_task"
 # Telemetry, not state: what the broker lost of it is not sent again.
-_NOT_RESENT = {RUN_EXPORT}
+_NOT_RESENT = {RUN_EXPORT, EVALUATIONS_EXPORT}
 
 
 def _after_commit(name: str, *args: Any, countdown: float | None = None, **kwargs: Any) -> None:
@@ -62,9 +63,16 @@ def run_evaluate(run_id: int, *, expected_round: int | None = None) -> None:
 
 def run_export(run_id: int) -> None:
     """Have a worker send the ended run's trace to the OpenTelemetry endpoint, when
-    OTEL_EXPORT_RUNS is on (feedback/otel_export/); again after a change to its scores."""
+    OTEL_EXPORT_RUNS is on (feedback/otel_export/): once, when it has ended and been evaluated."""
     if settings.OTEL_EXPORT_RUNS:
         _after_commit(RUN_EXPORT, run_id)
+
+
+def evaluations_export(evaluation_ids: list[int]) -> None:
+    """Have a worker send evaluations given after their run's export (a reviewer's score, a
+    re-evaluation's round) as spans of their own in the run's trace, when OTEL_EXPORT_RUNS is on."""
+    if settings.OTEL_EXPORT_RUNS and evaluation_ids:
+        _after_commit(EVALUATIONS_EXPORT, list(evaluation_ids))
 
 
 def strategies_mine() -> None:

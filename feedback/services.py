@@ -281,7 +281,8 @@ def run_add_human_score(
         run.score = composite_score(run)
         run.outcome = run_outcome(run)
         run.save(update_fields=["score", "outcome"])
-    queue.run_export(run.pk)  # its trace again, with the person's score
+    # Its own span in the run's trace: the run's spans are never sent again (otel_export).
+    queue.evaluations_export([evaluation.pk])
     return evaluation
 
 

@@ -35,24 +35,46 @@ def run_evaluate_task(run_id: int, expected_round: int | None = None) -> None:
     evaluate_run(run_id, expected_round=expected_round)
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True, soft_time_limit=300)
-def run_export_task(self, run_id: int) -> None:
-    # Idempotent (the same span ids every time): safe to redeliver and to retry. Imported here:
-    # the OpenTelemetry SDK is the exporting worker's business alone.
-    from feedback.otel_export import ExportFailed, ExportNotReady, run_trace_export
+def _export_retried(task, export, what: str) -> None:
+    # Imported here: the OpenTelemetry SDK is the exporting worker's business alone.
+    from feedback.otel_export import ExportFailed, ExportNotReady
 
     try:
-        run_trace_export(run_id=run_id)
+        export()
     except ExportFailed as exc:
-        retries = self.request.retries
+        retries = task.request.retries
         if retries >= settings.OTEL_EXPORT_RETRIES:
-            logger.error("run %s was not exported after %s attempts: %s", run_id, retries + 1, exc)
+            logger.error("%s was not exported after %s attempts: %s", what, retries + 1, exc)
             return  # telemetry: given up on, never anyone else's failure
         log = logger.info if isinstance(exc, ExportNotReady) else logger.warning
-        log("run %s not exported (attempt %s): %s; trying again", run_id, retries + 1, exc)
+        log("%s not exported (attempt %s): %s; trying again", what, retries + 1, exc)
         # Exponential backoff with equal jitter, as for the model's calls.
         backoff = min(600, 5 * 2**retries)
-        raise self.retry(countdown=backoff / 2 + random.uniform(0, backoff / 2), max_retries=None) from exc
+        raise task.retry(countdown=backoff / 2 + random.uniform(0, backoff / 2), max_retries=None) from exc
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True, soft_time_limit=300)
+def run_export_task(self, run_id: int) -> None:
+    # Idempotent (the same span ids every time): safe to redeliver and to retry.
+    from feedback.otel_export import run_trace_export
+
+    _export_retried(self, lambda: run_trace_export(run_id=run_id), f"run {run_id}")
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True, soft_time_limit=300)
+def evaluations_export_task(self, evaluation_ids: list[int]) -> None:
+    # Idempotent like run_export_task: each evaluation's span has an id of its own, always the same.
+    from feedback.otel_export import evaluations_export
+
+    _export_retried(self, lambda: evaluations_export(evaluation_ids=evaluation_ids), f"evaluations {evaluation_ids}")
+
+
+@shared_task(ignore_result=True, soft_time_limit=900)
+def mcp_listings_refresh_task() -> None:
+    # Beat's: the MCP servers' stored tool listings kept current, off every run's path.
+    from feedback.agent.tools.mcp import mcp_listings_refresh
+
+    mcp_listings_refresh()
 
 
 @shared_task(ignore_result=True, soft_time_limit=600)

@@ -1,7 +1,8 @@
 """A local OpenAI-compatible HTTP server for tests: real sockets, real SDK on the other side.
 
 Replies come from a script (a list consumed in order) or from a function of the request, so
-a test can stage 429s, 500s, slow replies, malformed tool calls and servers without tools.
+a test can stage 429s, 500s, slow replies, malformed tool calls and servers without tools. Each
+request's body is kept in ``requests``, with its path and headers in ``received``.
 """
 
 import json
@@ -48,6 +49,7 @@ class FakeOpenAI:
         self.script: list[dict] = []
         self.responder: Callable[[dict], dict] | None = None
         self.requests: list[dict] = []
+        self.received: list[tuple[str, dict[str, str]]] = []  # (path, headers) of each POST
         self._lock = threading.Lock()
         server = self
 
@@ -64,6 +66,7 @@ class FakeOpenAI:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 with server._lock:
                     server.requests.append(body)
+                    server.received.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
                     step = server.script.pop(0) if server.script else None
                 if step is None and server.responder is not None:
                     step = server.responder(body)
@@ -111,3 +114,14 @@ def model_writing(settings, reply: str) -> Iterator["FakeOpenAI"]:
         settings.OPENAI_BASE_URL = endpoint.base_url
         endpoint.responder = lambda body: completion(reply)
         yield endpoint
+
+
+def embeddings(count: int, dimensions: int = 3) -> dict:
+    """An embeddings answer: vector i points along axis i % dimensions."""
+    vectors = [[1.0 if d == i % dimensions else 0.0 for d in range(dimensions)] for i in range(count)]
+    return {
+        "object": "list",
+        "model": "test-embeddings",
+        "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+        "usage": {"prompt_tokens": count, "total_tokens": count},
+    }

@@ -1,12 +1,15 @@
 """A small real MCP server for tests, built with the SDK's MCPServer (FastMCP in mcp 1.x).
 
-    python tests/mcp_server.py stdio [--many]
+    python tests/mcp_server.py stdio [--many] [--hang-at-start] [--starts-log=PATH]
     python tests/mcp_server.py http PORT [--many]
 
 Its tools behave well (add, echo, pid, whoami, write_note, lookup_customer, refund_order) or badly on purpose:
 crash (the process exits mid-call), hang (never answers), fail (an error result), malformed (a
 reply that is not a CallToolResult). ``--many`` adds 45 tools of a made-up company's systems, for
-tool retrieval. Not our code under test: a stand-in for a team's own server.
+tool retrieval. ``--hang-at-start``: the process starts and never answers anything, not even the
+client's "initialize" (a server wedged at start). ``--starts-log=PATH``: each start appends the
+process id to PATH, so a test can count how often the server was started. Not our code under
+test: a stand-in for a team's own server.
 """
 
 import os
@@ -14,9 +17,19 @@ import sys
 import time
 from pathlib import Path
 
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+
+def _option(name: str) -> str:
+    return next((arg.split("=", 1)[1] for arg in sys.argv if arg.startswith(f"--{name}=")), "")
+
+
+if __name__ == "__main__" and (_log := _option("starts-log")):
+    # Before the SDK's import (a second or more): a start is counted even if stopped soon after.
+    with open(_log, "a", encoding="utf-8") as starts:
+        starts.write(f"{os.getpid()}\n")
+
+from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
+from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
+from mcp.types import ToolAnnotations  # noqa: E402
 
 
 class _Malformed:
@@ -165,6 +178,9 @@ def _register_many() -> None:
 
 
 if __name__ == "__main__":
+    if "--hang-at-start" in sys.argv:
+        while True:
+            time.sleep(1)
     if "--many" in sys.argv:
         _register_many()
     if sys.argv[1] == "http":

@@ -53,6 +53,7 @@ class Span:
     status_message: str
     resource: dict[str, Any]
     scope: str
+    links: list[tuple[str, str]] = field(default_factory=list)  # (trace id, span id) of each link
 
 
 @dataclass
@@ -146,6 +147,7 @@ def _spans(request: ExportTraceServiceRequest) -> list[Span]:
                         status_message=s.status.message,
                         resource=resource,
                         scope=scope_spans.scope.name,
+                        links=[(link.trace_id.hex(), link.span_id.hex()) for link in s.links],
                     )
                 )
     return spans

@@ -196,7 +196,7 @@ def test_cancel_stops_a_running_run_at_its_next_step(db):
 
     run = run_loop(run, CancelsItself([LLMReply(tool_calls=[call("calculator", expression="1+1")])] * 3))
     assert run.status == Run.Status.CANCELLED
-    assert run.step_count == 1
+    assert run.step_count == 2  # the one turn: its model call and its tool call
 
 
 def test_bad_tool_calls_become_observations_the_model_reads(db):
@@ -212,8 +212,8 @@ def test_bad_tool_calls_become_observations_the_model_reads(db):
     run = run_loop(make_run(), model)
     assert run.status == Run.Status.SUCCEEDED
     kinds = list(run.steps.values_list("kind", flat=True))
-    assert kinds == ["tool_call", "reflection", "tool_call", "reflection", "tool_call", "reflection",
-                     "model_error", "final"]  # fmt: skip
+    # Every turn begins with its model call's step: a thought (it called tools), an error, the answer.
+    assert kinds == ["thought", "tool_call", "reflection"] * 3 + ["model_error", "final"]
     calls = list(run.steps.filter(kind="tool_call"))
     assert "not valid JSON" in calls[0].error and calls[0].arguments == '{"expression": '
     assert "Unknown tool 'format_disk'" in calls[1].error
@@ -242,7 +242,8 @@ def test_step_limit_ends_the_run(db, settings):
     run = run_loop(make_run(), ScriptedModel(replies))
     assert run.status == Run.Status.FAILED
     assert "Step limit reached (3 steps)" in run.error
-    assert run.step_count == 3
+    # Checked before each model call: two turns of a model call and a tool call ran.
+    assert run.step_count == 4
 
 
 def test_conversation_is_rebuilt_from_steps(demo_workspace):

@@ -55,8 +55,9 @@ def test_each_step_is_priced_at_its_model_s_price_and_the_run_costs_their_sum(cl
     assert run.status == Run.Status.SUCCEEDED
     costs = dict(run.steps.exclude(tokens_in=0).values_list("tokens_in", "cost"))
     assert costs == {1000: pytest.approx((1000 * 2 + 200 * 10) / 1e6), 3000: pytest.approx((3000 * 2 + 100 * 10) / 1e6)}
-    # The first reply called a tool and said nothing: its tokens are on its tool call's step.
-    assert run.steps.get(kind=Step.Kind.TOOL_CALL).tokens_in == 1000
+    # The first reply called a tool and said nothing: its tokens are on its model call's step.
+    assert run.steps.get(kind=Step.Kind.THOUGHT).tokens_in == 1000
+    assert run.steps.get(kind=Step.Kind.TOOL_CALL).tokens_in == 0
     assert run.cost == pytest.approx(sum(c for c in run.steps.values_list("cost", flat=True)))
     assert run.cost == pytest.approx(0.011)
     client.force_login(operator)

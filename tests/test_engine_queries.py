@@ -21,21 +21,23 @@ STEPS = 10
 
 
 def _run(settings) -> tuple[Run, list[str]]:
-    settings.AGENT_MAX_STEPS = STEPS + 1
+    # STEPS model calls, each but the last with a noop call: every model call is a step too.
+    settings.AGENT_MAX_STEPS = 2 * STEPS
     run = _new_run()
     with CaptureQueriesContext(connection) as queries:
         execute_run(run.pk, model=ZeroLatencyModel(STEPS), tools={"noop": NOOP_TOOL})
     run.refresh_from_db()
-    assert (run.status, run.step_count) == (Run.Status.SUCCEEDED, STEPS), run.error
+    assert (run.status, run.step_count) == (Run.Status.SUCCEEDED, 2 * STEPS - 1), run.error
     return run, [q["sql"] for q in queries.captured_queries]
 
 
 def test_a_step_costs_one_transaction_of_the_run_s_row_and_the_step(settings):
     _run(settings)  # a process reads the live strategies once, until they change (injection.py)
     _, sql = _run(settings)
-    # Per step: BEGIN (a savepoint inside the test's transaction), the run's row under the lease
-    # (which also reads the cancel flag), the step, COMMIT. Per run: the claim, the run's read,
-    # its prompt, the model's price. The run's end is written with its last step.
+    # Per model call: BEGIN (a savepoint inside the test's transaction), the run's row under the
+    # lease (which also reads the cancel flag), its step and its tool call's in one INSERT, COMMIT.
+    # Per run: the claim, the run's read, its prompt, the model's price. The run's end is written
+    # with its last step.
     assert len(sql) <= 4 + 4 * STEPS, "\n".join(sql)
     assert sum(s.startswith('INSERT INTO "feedback_step"') for s in sql) == STEPS
     assert not [s for s in sql if s.startswith('SELECT "feedback_run"."cancel_requested"')]  # read by the writes

@@ -182,7 +182,7 @@ def _bounds(schema) -> set[str]:
     ("off", "local", True),
 ])  # fmt: skip
 def test_a_local_endpoint_gets_schemas_its_grammar_can_hold(endpoint, settings, mode, base_url, bounded):
-    from feedback.agent.llm import grammar_safe_schemas
+    from feedback.agent.llm.adapter import grammar_safe_schemas
 
     settings.LLM_GRAMMAR_SAFE_SCHEMAS = mode
     if base_url != "local":

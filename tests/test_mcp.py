@@ -224,18 +224,6 @@ def test_layer_1_rules_apply_to_an_mcp_tool(mcp_stdio):
     assert step.validation["status"] == "fail"
 
 
-def test_a_server_never_listed_is_listed_when_a_run_starts(mcp_stdio, settings):
-    stale = McpServer.objects.create(name="fresh", command=mcp_stdio.command, args=mcp_stdio.args)
-    assert stale.listed_at is None and stale.tool_listing == []
-
-    run = run_loop(make_run(text="Add"), calls_then_answer(tool_call("fresh__add", a=1, b=2)))
-
-    (step,) = mcp_steps(run)
-    assert step.success and step.result == {"result": 3}
-    stale.refresh_from_db()
-    assert stale.listed_at is not None and "add" in {t["name"] for t in stale.tool_listing}
-
-
 def test_mcp_tool_names_never_collide_with_built_ins(mcp_stdio):
     listing = [*mcp_stdio.tool_listing, {"name": "calculator", "description": "x", "input_schema": {"type": "object"}}]
     listing.append({"name": "has.dot", "description": "x", "input_schema": {"type": "object"}})

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from feedback import otel_export, queue, services
+from feedback import otel_export, queue
 from feedback.agent.llm import LLMError, LLMReply, ToolCall
 from feedback.agent.loop import execute_run
 from feedback.evaluation.chain import evaluate_run
@@ -251,25 +251,17 @@ def test_captured_content_is_the_stored_masked_values(receiver, settings):
         assert not CONTENT & set(span.attributes), span.name
 
 
-def test_exporting_again_sends_the_same_ids(
-    receiver, settings, reviewer, sent_tasks, django_capture_on_commit_callbacks
-):
-    settings.OTEL_EXPORT_RUNS = True
+def test_exporting_again_sends_the_same_ids(receiver):
     run, _ = triage_with_a_sub_agent()
     otel_export.run_trace_export(run_id=run.pk)
-    first = {(s.trace_id, s.span_id, s.parent_id, s.name) for s in receiver.spans}
-    # A reviewer's score: the run's trace goes again, with the new score, under the same ids.
-    with django_capture_on_commit_callbacks(execute=True):
-        services.run_add_human_score(run=run, user=reviewer, score=0.25, comment="Too slow.")
-    assert (queue.RUN_EXPORT, (run.pk,), {}) in sent_tasks
-    count = len(receiver.spans)
+    first = receiver.spans
+    # A retry (or a redelivered task) sends the same spans: the same ids, the same content.
     otel_export.run_trace_export(run_id=run.pk)
-    again = receiver.spans[count:]
-    assert {(s.trace_id, s.span_id, s.parent_id, s.name) for s in again} == first
-    [root] = by_name(again)["invoke_agent email_triage"]
-    assert root.attributes["agent_feedback.run.score"] == 0.25
-    human = [a for name, a, _ in root.events if a.get("agent_feedback.evaluation.kind") == "human"]
-    assert [(a["gen_ai.evaluation.name"], a["gen_ai.evaluation.score.value"]) for a in human] == [("human", 0.25)]
+    again = receiver.spans[len(first) :]
+    assert {(s.trace_id, s.span_id, s.parent_id, s.name) for s in again} == {
+        (s.trace_id, s.span_id, s.parent_id, s.name) for s in first
+    }
+    assert sorted(again, key=lambda s: s.span_id) == sorted(first, key=lambda s: s.span_id)
 
 
 class LosesItsWorker(Model):

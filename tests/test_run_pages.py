@@ -23,12 +23,13 @@ def test_run_page_shows_the_trace_and_answer(client, operator, demo_workspace):
     html = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
     assert "Answered" in html
     assert "It has 80 words" in html
-    assert html.count('class="step ') == 5
+    # Three model calls (a plan and a read, the analysis, the answer) and three tool calls.
+    assert html.count('class="step ') == 6
     assert "Read the file" in html  # the plan
     assert "read_text_file" in html and "analyze_text" in html
     assert "Offline demo model (rule-based, no LLM)" in html
     assert 'hx-trigger="every 1s"' not in html  # finished: no more polling
-    assert 'hx-trigger="revealed"' not in html  # five steps: one page
+    assert 'hx-trigger="revealed"' not in html  # six steps: one page
 
 
 def test_an_active_run_appends_new_steps_and_stops_polling_when_it_ends(client, operator):

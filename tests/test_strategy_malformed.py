@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from feedback.agent.errors import error_signature
 from feedback.agent.invoker import invoke
-from feedback.agent.llm import parse_json_reply
+from feedback.agent.llm.adapter import parse_json_reply
 from feedback.agent.tools import ToolContext, enabled_tools
 from feedback.models import Run, Step, Strategy, Task
 from feedback.strategies.mining import mine
@@ -169,10 +169,10 @@ def _runtime_messages(tmp_path) -> list[tuple[str, str, str, tuple[str, str]]]:
         return outcome.error
 
     return [
-        ("MalformedReply", parse_json_reply("Sure! It is 42.", "t").malformed, "", ("invalid_json", "json")),
-        ("MalformedReply", parse_json_reply("[1, 2]", "t").malformed, "", ("invalid_json", "json")),
-        ("MalformedReply", parse_json_reply('{"thought": "hm"}', "t").malformed, "", ("bad_tool_calls", "json")),
-        ("MalformedReply", parse_json_reply('{"tool_calls": [{}]}', "t").malformed, "", ("bad_tool_calls", "json")),
+        ("MalformedReply", parse_json_reply("Sure! It is 42.", "t").unusable, "", ("invalid_json", "json")),
+        ("MalformedReply", parse_json_reply("[1, 2]", "t").unusable, "", ("invalid_json", "json")),
+        ("MalformedReply", parse_json_reply('{"thought": "hm"}', "t").unusable, "", ("bad_tool_calls", "json")),
+        ("MalformedReply", parse_json_reply('{"tool_calls": [{}]}', "t").unusable, "", ("bad_tool_calls", "json")),
         ("EmptyReply", "Your last reply was empty.", "", ("empty_reply", "native")),
         ("InvalidToolCall", invalid("launch_rockets", "{}"), "call_9", ("unknown_tool", "native")),
         ("InvalidToolCall", invalid("calculator", '{"expression": "1 +'), "json-3-0", ("malformed_arguments", "json")),

@@ -6,6 +6,10 @@ from typing import Any
 
 from feedback.models import Run, Step
 
+from .answers import GUARDRAIL_REFUSED
+
+REFUSAL_NOTE = "A rule of the runtime refused this call: follow it; it is for you, never to be quoted in your answer."
+
 
 def observation_of(step: Step) -> str:
     if step.success:
@@ -13,12 +17,15 @@ def observation_of(step: Step) -> str:
         if step.stale:
             payload["note"] = "The tool is unavailable; this is its last known result and may be stale."
         return json.dumps(payload, ensure_ascii=False)
+    if step.error_class == GUARDRAIL_REFUSED:
+        # Marked as the runtime's rule, apart from what a tool said: an answer may report a tool's
+        # error, never a refusal's wording (answers.quoted_refusal holds the loop to it).
+        payload = {"ok": False, "refused_by": "guardrail", "error": step.error, "note": REFUSAL_NOTE}
+        return json.dumps(payload, ensure_ascii=False)
     return json.dumps({"ok": False, "error": step.error}, ensure_ascii=False)
 
 
 def _assistant_message(thought: str, calls: list[Step]) -> dict[str, Any]:
-    # "" rather than null when the turn was only tool calls: OpenAI takes either, but
-    # llama-cpp-python's server refuses a null content (a 500 on every turn after the first call).
     message: dict[str, Any] = {"role": "assistant", "content": thought}
     if calls:
         message["tool_calls"] = [
@@ -42,7 +49,7 @@ def recorded_steps(run: Run) -> list[Step]:
     return list(
         run.steps.order_by("index").only(
             "run", "turn", "kind", "thought", "tool_name", "tool_call_id", "arguments", "result", "error",
-            "success", "stale",
+            "error_class", "success", "stale",
         )
     )  # fmt: skip
 

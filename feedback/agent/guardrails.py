@@ -7,8 +7,10 @@ Kinds (each a dict with a "type"):
   that do not match (a search, on RE2: feedback/saferegex.py); ``"action":
   "resolve_in_workspace"`` rewrites a file path that does not exist to the one file of that
   name in the workspace, when there is exactly one;
-  ``"action": "file_name_as_path"`` moves a value that names a workspace file (the same way) from
-  that parameter to ``path``: the model gave a file's name as the text to work on.
+  ``"action": "file_name_as_path"`` moves a value that is exactly the name of a workspace file
+  (found the same way) from that parameter to ``path``, when the call gives no file path: a rule
+  about the call's values and the workspace, whoever wrote the call (mined from the tool's own
+  error, "… is the name of a file in the workspace, not its text").
 - ``retry_policy``: ``{"tool": ..., "timeout": 20, "max_attempts": 5}`` overrides the tool's.
 - ``tool_disabled``: ``{"tool": ...}`` refuses the tool for the runs the strategy matches.
 - ``tool_subset``: ``{"tools": ["list_directory", "read_text_file"]}`` offers only those tools
@@ -36,6 +38,8 @@ TOOL_MODES = ("json", "native")
 PARAMETER_ACTIONS = ("resolve_in_workspace", "file_name_as_path")
 # The base prompt (prompts.py) tells every run to record a plan with it first: never taken away.
 ALWAYS_OFFERED = frozenset({"update_plan"})
+# How every refusal begins: the runtime's words to the model, which no answer may carry (answers.py).
+REFUSAL_MARKER = "Guardrail:"
 
 
 def check_guardrails(guardrails: Any) -> list[str]:
@@ -65,6 +69,8 @@ def check_guardrails(guardrails: Any) -> list[str]:
                     problems.append(f"Guardrail {i}: 'pattern': {why}")
             elif g.get("action") not in PARAMETER_ACTIONS:
                 problems.append(f"Guardrail {i}: give a 'pattern' or an action: {', '.join(PARAMETER_ACTIONS)}.")
+            elif g["action"] == "file_name_as_path" and g.get("param") == "path":
+                problems.append(f"Guardrail {i}: file_name_as_path moves a value into 'path': name the one it is in.")
         if g["type"] == "retry_policy":
             for key in ("timeout", "max_attempts"):
                 if key in g and (not isinstance(g[key], int | float) or g[key] <= 0):
@@ -135,11 +141,11 @@ class Guardrails:
     def check(self, name: str, raw_arguments: str, succeeded: set[str]) -> Decision:
         """Apply the preconditions and parameter rules to a call before it runs."""
         if self.disabled(name):
-            return Decision(refusal=f"Guardrail: {name} is disabled for this kind of task. Use another tool.")
+            return Decision(refusal=f"{REFUSAL_MARKER} {name} is disabled for this kind of task. Use another tool.")
         for rule in self._for(name, "tool_precondition"):
             if rule["requires"] not in succeeded:
                 return Decision(
-                    refusal=f"Guardrail: call {rule['requires']} successfully before {name} "
+                    refusal=f"{REFUSAL_MARKER} call {rule['requires']} successfully before {name} "
                     f"(a rule learned from earlier failures)."
                 )
         try:
@@ -155,7 +161,7 @@ class Guardrails:
                 continue
             if "pattern" in rule and not self._allows(rule, value, notes):
                 return Decision(
-                    refusal=f"Guardrail: {rule['param']}={value!r} breaks the rule {rule['pattern']!r}"
+                    refusal=f"{REFUSAL_MARKER} {rule['param']}={value!r} breaks the rule {rule['pattern']!r}"
                     + (f" ({rule['message']})" if rule.get("message") else "")
                     + "."
                 )
@@ -184,7 +190,7 @@ class Guardrails:
         return compiled.search(saferegex.text(value)) is not None
 
     def _no_file(self, arguments: dict) -> bool:
-        # Small models fill every parameter: path "" or "." beside the file's name as the text.
+        # A call may fill every parameter: path "" or "." beside the file's name as the text.
         path = arguments.get("path")
         if path is None or (isinstance(path, str) and not path.strip()):
             return True

@@ -167,8 +167,8 @@ def _call_with_retries(
                 "ToolTimeout",
                 True,
             )
-        except ToolError as exc:
-            error, error_class, retryable = str(exc), "ToolError", exc.retryable
+        except ToolError as exc:  # ToolTimeout included, under its own class
+            error, error_class, retryable = str(exc), exc.error_class, exc.retryable
         except Exception as exc:  # a tool bug must not crash the loop
             error, error_class = f"{type(exc).__name__}: {exc}", type(exc).__name__
         if not error and (unrecordable := _unrecordable(tool, result)):

@@ -25,14 +25,15 @@ from feedback.privacy import mask_text
 from feedback.quota import folder_bytes
 from feedback.strategies import injection as strategy_injection
 
+from .answers import GUARDRAIL_REFUSED, unusable
 from .conversation import Conversation, recorded_steps
 from .guardrails import Decision, Guardrails
 from .invoker import Outcome, invoke, parse_arguments, strict_json
 from .lease import Heartbeat, LeaseLost, claim_run, load_run, new_lease
-from .llm import ChatModel, LLMAttempt, LLMReply, ToolCall, complete_with_retries, get_model
+from .llm import ChatModel, ModelCall, ToolCall, apply_tool_mode, call_model, get_model
 from .prompts import build_system_prompt
 from .recorder import Recorder, retrying, storable
-from .reflection import ECHOED, echoes_instruction, reflect
+from .reflection import reflect
 from .retrieval import select_tools
 from .tools import Tool, ToolContext, ToolError, enabled_tools
 from .tools.mcp import release_run
@@ -116,9 +117,8 @@ class AgentLoop:
     def _use_guardrails(self, rules: list[dict]) -> None:
         self.guardrails = Guardrails(rules, self.context.workspace)
         # A strategy may switch how the model is asked to call tools (native or JSON replies), for
-        # this run only: the model client is made per run. The offline model has no such mode.
-        if hasattr(self.model, "tool_mode"):
-            self.model.tool_mode = self.guardrails.tool_mode(self.model.tool_mode)
+        # this run only: the model is made per run.
+        apply_tool_mode(self.model, self.guardrails.tool_mode)
 
     def _limit_reached(self) -> str:
         step_count, cancel_requested = self.record.progress()
@@ -179,29 +179,28 @@ class AgentLoop:
                 return self._finish(Run.Status.FAILED, error=limit)
             turn += 1
             current_step.set(None)
-            reply, attempts, error = complete_with_retries(self.model, history.messages(), specs)
-            if error is not None:
+            # Every model call is its turn's first step, timed: a thought (it called tools), the
+            # final answer, or a model error.
+            called = call_model(self.model, history.messages(), specs)
+            if called.error is not None:
+                tried = f"after {len(called.attempts)} attempt(s): {called.error}"
                 return self._finish(
                     Run.Status.FAILED,
-                    error=f"The model could not be reached after {len(attempts)} attempt(s): {error}",
+                    error=f"The model could not be reached {tried}",
                     step=dict(
-                        tries=attempts, turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
-                        error=str(error), error_class="LLMError",
-                        thought=f"The model call failed after {len(attempts)} attempt(s): {error}",
+                        **called.step_fields(), turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
+                        error=str(called.error), error_class="LLMError", thought=f"The model call failed {tried}",
                     ),
                 )  # fmt: skip
-            echoed = not (reply.tool_calls or reply.malformed) and echoes_instruction(reply.content, self.record.steps)
-            if echoed or reply.malformed or (not reply.tool_calls and not reply.content.strip()):
+            reply = called.reply
+            problem, error_class = unusable(reply, self.record.steps)
+            if problem:
                 model_errors += 1
-                problem = ECHOED if echoed else reply.malformed or "Your last reply was empty."
-                # An echo is its own class: not one of the reply formats mining finds remedies for.
-                error_class = "EchoedInstruction" if echoed else "MalformedReply" if reply.malformed else "EmptyReply"
                 step = dict(
-                    tries=_with_success(attempts), turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
+                    **called.step_fields(), turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
                     error=problem, error_class=error_class,
                     thought=f"{problem} Call a tool, or give the final answer.",
                     result={"raw": reply.content[:2000]} if reply.content else None,
-                    tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
                 )  # fmt: skip
                 if model_errors >= MAX_CONSECUTIVE_MODEL_ERRORS:
                     return self._finish(
@@ -214,29 +213,24 @@ class AgentLoop:
                 return self._finish(
                     Run.Status.SUCCEEDED,
                     output=reply.content,
-                    step=dict(
-                        tries=_with_success(attempts), turn=turn, kind=Step.Kind.FINAL, thought=reply.content,
-                        success=True, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
-                    ),
+                    step=dict(**called.step_fields(), turn=turn, kind=Step.Kind.FINAL, thought=reply.content,
+                              success=True),
                 )  # fmt: skip
-            failed = self._act(turn, reply, attempts)
+            failed = self._act(turn, called)
             reflection = reflect(self.record.steps, failed)
             if reflection is not None:
-                step = dict(turn=turn, kind=Step.Kind.REFLECTION, thought=reflection.text)
+                step = dict(turn=turn, kind=Step.Kind.REFLECTION, thought=reflection.text, started_at=timezone.now())
                 if reflection.give_up:
                     # The plan's item in progress fails with the run (_plan_at_end).
                     return self._finish(Run.Status.FAILED, error=reflection.give_up, step=step)
                 self.record.step(**step, run_fields=self._plan_failed())
 
-    def _act(self, turn: int, reply: LLMReply, llm_attempts: list) -> list[Step]:
-        # The model call's tokens (and so its cost) go on the turn's first step: its thought, or
-        # else its first tool call.
-        tokens = {"tokens_in": reply.tokens_in, "tokens_out": reply.tokens_out}
-        if reply.content.strip() or llm_attempts or all(self._needs_confirmation(c) for c in reply.tool_calls):
-            self.record.step(
-                tries=_with_success(llm_attempts), turn=turn, kind=Step.Kind.THOUGHT, thought=reply.content, **tokens,
-            )  # fmt: skip
-            tokens = {}
+    def _act(self, turn: int, called: ModelCall) -> list[Step]:
+        reply = called.reply
+        # The model call's step (its times, tokens and so its cost, attempts), written with the
+        # turn's first outcomes, in their transaction; on its own before an engine call or a pause.
+        fields = called.step_fields()
+        lead = (fields.pop("tries"), {**fields, "turn": turn, "kind": Step.Kind.THOUGHT, "thought": reply.content})
         waiting = [c for c in reply.tool_calls if self._needs_confirmation(c)]
         engine = [c for c in reply.tool_calls if c not in waiting and self._is_engine(c)]
         pooled = [c for c in reply.tool_calls if c not in waiting and c not in engine]
@@ -257,7 +251,7 @@ class AgentLoop:
                 outcomes.update({call.id: outcome for call, outcome in zip(runnable, results, strict=True)})
         for call in pooled:
             if decisions[call.id].refusal:
-                outcomes[call.id] = _refused(call, decisions[call.id].refusal, "GuardrailRefused")
+                outcomes[call.id] = _refused(call, decisions[call.id].refusal, GUARDRAIL_REFUSED)
         # In call order; the outcomes that came together are written together (one transaction),
         # an engine call's step after the steps before it.
         steps: list[Step] = []
@@ -266,13 +260,12 @@ class AgentLoop:
             if call in waiting:
                 continue
             if call in engine:
-                steps += self.record.tool_calls(turn, together)
-                together = []
-                steps.append(self._engine_call(turn, call, tokens))
+                steps += self.record.tool_calls(turn, together, lead=lead)
+                together, lead = [], None
+                steps.append(self._engine_call(turn, call))
             else:
-                together.append((call, outcomes[call.id], " ".join(decisions[call.id].notes), tokens))
-            tokens = {}
-        steps += self.record.tool_calls(turn, together)
+                together.append((call, outcomes[call.id], " ".join(decisions[call.id].notes), {}))
+        steps += self.record.tool_calls(turn, together, lead=lead)
         if waiting:
             self._ask_for_confirmation(turn, waiting)
         return [s for s in steps if s.success is False]
@@ -289,14 +282,14 @@ class AgentLoop:
         tool = self.tools.get(call.name)
         return tool is not None and tool.engine
 
-    def _engine_call(self, turn: int, call: ToolCall, tokens: dict[str, int]) -> Step:
+    def _engine_call(self, turn: int, call: ToolCall) -> Step:
         outcome = invoke(call.name, call.arguments, self.context, self.tools)
         # A new plan is written with the step of the call that made it.
         plan = {"plan": outcome.result["steps"]} if outcome.ok and call.name == "update_plan" else None
         child = None
         if outcome.ok and call.name == "delegate":
             child, outcome = self._delegate(call, outcome)
-        step = self.record.tool_call(turn, call, outcome, run_fields=plan, **tokens)
+        step = self.record.tool_call(turn, call, outcome, run_fields=plan)
         if child is not None:
             retrying(lambda: Run.objects.filter(pk=child.pk).update(parent_step=step), what="linking a sub-agent run")
         return step
@@ -412,14 +405,6 @@ def _refused(call: ToolCall, message: str, error_class: str) -> Outcome:
     except (ValueError, TypeError):
         arguments = call.arguments
     return Outcome(arguments=arguments, error=message, error_class=error_class, finished_at=timezone.now())
-
-
-def _with_success(failed_attempts: list) -> list:
-    """The model call's failed attempts plus the one that succeeded, for the record."""
-    if not failed_attempts:
-        return []
-    last = failed_attempts[-1]
-    return [*failed_attempts, LLMAttempt(last.number + 1, timezone.now(), 0, "", False)]
 
 
 def execute_run(run_id: int, *, model: ChatModel | None = None, tools: dict[str, Tool] | None = None) -> None:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import mcp_types
 import pydantic
@@ -76,12 +77,14 @@ class ServerSpec:
 
 class McpFailure(Exception):
     """A call or a connection that failed. ``transient``: worth another attempt; ``sent``: the
-    request may have reached the server (so another attempt could run it twice)."""
+    request may have reached the server (so another attempt could run it twice); ``timed_out``:
+    it was given up on at its timeout (the step records a ToolTimeout, as for a built-in)."""
 
-    def __init__(self, message: str, *, transient: bool, sent: bool) -> None:
+    def __init__(self, message: str, *, transient: bool, sent: bool, timed_out: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
         self.sent = sent
+        self.timed_out = timed_out
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -112,28 +115,31 @@ class _Session:
         stdio = spec.transport == "stdio"
         self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") if stdio else None  # noqa: SIM115
         self.stderr_tail = ""
+        # Cancelled by close() while the server is still starting (see there).
+        self._starting = anyio.CancelScope()
         self.task = asyncio.get_running_loop().create_task(self._own(), name=f"mcp-{spec.name}")
 
     async def _own(self) -> None:
         try:
-            async with AsyncExitStack() as stack:
-                if self.spec.transport == "stdio":
-                    params = StdioServerParameters(
-                        command=self.spec.command, args=list(self.spec.args), env=dict(self.spec.env), cwd=self.cwd
-                    )
-                    transport = stdio_client(params, errlog=self._stderr)
-                else:
-                    http = await stack.enter_async_context(
-                        httpx2.AsyncClient(
-                            headers=dict(self.spec.headers),
-                            timeout=httpx2.Timeout(self.spec.timeout, read=300.0),
-                            event_hooks={"response": [self._saw_response]},
+            with self._starting:
+                async with AsyncExitStack() as stack:
+                    if self.spec.transport == "stdio":
+                        params = StdioServerParameters(
+                            command=self.spec.command, args=list(self.spec.args), env=dict(self.spec.env), cwd=self.cwd
                         )
-                    )
-                    transport = streamable_http_client(self.spec.url, http_client=http)
-                self.client = await stack.enter_async_context(Client(transport, cache=None))
-                self.ready.set()
-                await self.closing.wait()
+                        transport = stdio_client(params, errlog=self._stderr)
+                    else:
+                        http = await stack.enter_async_context(
+                            httpx2.AsyncClient(
+                                headers=dict(self.spec.headers),
+                                timeout=httpx2.Timeout(self.spec.timeout, read=300.0),
+                                event_hooks={"response": [self._saw_response]},
+                            )
+                        )
+                        transport = streamable_http_client(self.spec.url, http_client=http)
+                    self.client = await stack.enter_async_context(Client(transport, cache=None))
+                    self.ready.set()
+                    await self.closing.wait()
         except BaseException as exc:  # every way a session ends is reported to its callers
             self.error = exc
             task = asyncio.current_task()
@@ -162,6 +168,11 @@ class _Session:
 
     async def close(self) -> None:
         self.closing.set()
+        if not self.ready.is_set():
+            # Still starting (a server that hangs before it answers "initialize" never reaches the
+            # wait for ``closing``): its start is cancelled, an anyio cancellation the SDK's
+            # shielded shutdown of the process runs under, rather than waiting out _CLOSE_SECONDS.
+            self._starting.cancel()
         try:
             await asyncio.wait_for(self.dead.wait(), _CLOSE_SECONDS)
         except TimeoutError:
@@ -177,7 +188,10 @@ class _Session:
         if isinstance(cause, FileNotFoundError | PermissionError):
             started = f"{where} could not be started ({self.spec.command!r}: {cause.strerror})."
             return McpFailure(started, transient=False, sent=False)
-        if isinstance(cause, httpx2.ConnectError | httpx2.ConnectTimeout):
+        if isinstance(cause, httpx2.ConnectTimeout):
+            unanswered = f"{where} did not accept a connection at {self.spec.url} within {self.spec.timeout:g} s."
+            return McpFailure(unanswered, transient=True, sent=False, timed_out=True)
+        if isinstance(cause, httpx2.ConnectError):
             return McpFailure(f"{where} is unreachable at {self.spec.url}: {cause}.", transient=True, sent=False)
         if isinstance(cause, pydantic.ValidationError):
             first = cause.errors()[0] if cause.errors() else {"loc": (), "msg": str(cause)}
@@ -187,6 +201,9 @@ class _Session:
         if status is not None and status >= 400:
             transient = status == 429 or status >= 500
             return McpFailure(f"{where} answered HTTP {status} at {self.spec.url}.", transient=transient, sent=sent)
+        timed_out = isinstance(cause, MCPError) and cause.error.code == mcp_types.REQUEST_TIMEOUT
+        if timed_out or isinstance(cause, TimeoutError | httpx2.TimeoutException):  # one is a TransportError
+            return McpFailure(f"{where} timed out.", transient=True, sent=sent, timed_out=True)
         closed = isinstance(cause, MCPError) and cause.error.code == mcp_types.CONNECTION_CLOSED
         if closed or isinstance(cause, httpx2.TransportError) or cause is None:
             said = f" Its last output: {self.stderr_tail}" if self.stderr_tail else ""
@@ -195,8 +212,6 @@ class _Session:
         if isinstance(cause, MCPError):
             refused = f"{where} refused the request: {cause.error.message} (error {cause.error.code})."
             return McpFailure(refused, transient=False, sent=sent)
-        if isinstance(cause, TimeoutError):
-            return McpFailure(f"{where} timed out.", transient=True, sent=sent)
         return McpFailure(f"{where} failed: {type(cause).__name__}: {cause}", transient=False, sent=sent)
 
     async def connected(self) -> Client:
@@ -208,6 +223,7 @@ class _Session:
                 f"MCP server {self.spec.name!r} did not start or connect within {self.spec.timeout:g} s.",
                 transient=True,
                 sent=False,
+                timed_out=True,
             ) from None
         if self.client is None:
             raise self.describe(self.error, "connect")
@@ -235,7 +251,10 @@ class _Session:
             raise self.describe(self.error, "call")
         self.closing.set()  # a server that hangs may be wedged: stop it, the next call starts afresh
         raise McpFailure(
-            f"MCP server {self.spec.name!r} did not answer {tool} within {timeout:g} s.", transient=True, sent=True
+            f"MCP server {self.spec.name!r} did not answer {tool} within {timeout:g} s.",
+            transient=True,
+            sent=True,
+            timed_out=True,
         )
 
     async def list_tools(self) -> list[mcp_types.Tool]:
@@ -253,6 +272,7 @@ class _Session:
                 f"MCP server {self.spec.name!r} did not list its tools within {self.spec.timeout:g} s.",
                 transient=True,
                 sent=False,
+                timed_out=True,
             ) from None
         except Exception as exc:
             raise self.describe(exc, "list") from None
@@ -289,7 +309,7 @@ class _Bridge:
             return future.result(timeout + _GRACE_SECONDS)
         except TimeoutError:
             future.cancel()
-            raise McpFailure("The MCP client stopped answering.", transient=True, sent=True) from None
+            raise McpFailure("The MCP client stopped answering.", transient=True, sent=True, timed_out=True) from None
 
     def _retire(self, run_id: int, key: tuple[int, ServerSpec]) -> None:
         session = self._sessions.pop(key)

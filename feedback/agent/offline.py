@@ -38,6 +38,8 @@ CANNOT_READ_ARITHMETIC = (
     "product of several numbers), not idioms, fractions or percentages. Write it with digits and "
     "+ - * /, or configure an LLM endpoint."
 )
+# What it says of a call a guardrail refused, in its own words.
+REFUSED = "A rule of the runtime refused the call."
 _PLANS = {
     "triage": ["List the inbox", "Read every email", "Label each email and flag the urgent ones"],
     "file": ["Read the file", "Analyse the text", "Write the summary"],
@@ -77,7 +79,8 @@ def _observations(messages: list[dict[str, Any]]) -> list[Observation]:
                     arguments=arguments,
                     ok=bool(payload.get("ok")),
                     result=payload.get("result"),
-                    error=payload.get("error", ""),
+                    # A guardrail's refusal is the runtime's rule, not the tool's error: not quoted.
+                    error=REFUSED if payload.get("refused_by") else payload.get("error", ""),
                 )
             )
     return seen

@@ -254,14 +254,20 @@ class Recorder:
             )  # fmt: skip
             return self._tool_call(turn, call, unrecordable, note, tokens, run_fields)
 
-    def tool_calls(self, turn: int, calls: list[tuple[ToolCall, Outcome, str, dict[str, int]]]) -> list[Step]:
+    def tool_calls(
+        self, turn: int, calls: list[tuple[ToolCall, Outcome, str, dict[str, int]]], *, lead: tuple | None = None
+    ) -> list[Step]:
         """The steps of calls of one turn whose outcomes came together, ``(call, outcome, note,
-        tokens)`` each, written in one transaction."""
-        if len(calls) > 1:
+        tokens)`` each, written in one transaction; ``lead``, ``(tries, fields)`` as for ``write``:
+        a step written first in it (the turn's model call), not among the steps returned."""
+        leading = [(lead[0], dict(lead[1]))] if lead else []
+        if len(leading) + len(calls) > 1:
             try:
-                return self.write([_tool_call_entry(turn, *call) for call in calls])
+                return self.write([*leading, *(_tool_call_entry(turn, *call) for call in calls)])[len(leading) :]
             except (ValueError, TypeError, RecursionError):
                 pass  # one of them cannot be recorded as it is: each on its own, so only that one fails
+        if lead:
+            self.write([(lead[0], dict(lead[1]))])
         return [self.tool_call(turn, call, outcome, note, **tokens) for call, outcome, note, tokens in calls]
 
     def _tool_call(

@@ -5,7 +5,6 @@ Rule-based on purpose: it runs after every failure, costs nothing, and behaves t
 every model, so what it teaches can be measured.
 """
 
-import re
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -76,27 +75,3 @@ def reflect(steps: list[Step], failed: list[Step]) -> Reflection | None:
 def _short(arguments: object) -> str:
     text = arguments if isinstance(arguments, str) else ", ".join(f"{k}={v!r}" for k, v in (arguments or {}).items())
     return text if len(text) <= 120 else text[:117] + "..."
-
-
-# What a reply that copies the runtime's last instruction is told instead of ending the run with it.
-ECHOED = "Your reply repeated the instruction instead of following it: do it now with a tool call, or answer the task."
-_WORD = re.compile(r"[a-z0-9_]+")
-
-
-def _trigrams(text: str) -> set[tuple[str, ...]]:
-    words = _WORD.findall(text.lower())
-    return {tuple(words[i : i + 3]) for i in range(len(words) - 2)}
-
-
-def echoes_instruction(reply: str, steps: list[Step]) -> bool:
-    """Whether ``reply`` is mostly a copy of what the runtime last told the model (a reflection's
-    re-plan, a malformed reply's correction): Qwen2.5-Coder-1.5B answered "Mark the failed plan
-    step as failed with update_plan and choose another way." in 19 of 22 runs after an error, and
-    that ended each as if it were the answer. Most of the reply's word triples must be the
-    instruction's: an answer that quotes a phrase of it is still an answer."""
-    told = next(
-        (s.thought for s in reversed(steps) if s.kind in (Step.Kind.REFLECTION, Step.Kind.MODEL_ERROR) and s.thought),
-        "",
-    )
-    said = _trigrams(reply)
-    return len(said) >= 3 and bool(told) and len(said & _trigrams(told)) >= 0.6 * len(said)

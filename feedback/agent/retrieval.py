@@ -11,7 +11,7 @@ from collections import Counter
 
 from django.conf import settings
 
-from .llm import use_endpoint
+from .llm import openai_client, use_endpoint
 from .tools import Tool
 
 logger = logging.getLogger(__name__)
@@ -45,14 +45,7 @@ def lexical_scores(query: str, tools: list[Tool]) -> dict[str, float]:
 
 
 def embedding_scores(query: str, tools: list[Tool]) -> dict[str, float]:
-    import openai
-
-    client = openai.OpenAI(
-        base_url=settings.OPENAI_BASE_URL or None,
-        api_key=settings.OPENAI_API_KEY or "not-needed",
-        timeout=settings.LLM_TIMEOUT_SECONDS,
-        max_retries=1,
-    )
+    client = openai_client(max_retries=1)
     inputs = [query] + [_describe(t) for t in tools]
     vectors = [d.embedding for d in client.embeddings.create(model=settings.LLM_EMBEDDING_MODEL, input=inputs).data]
 

@@ -214,6 +214,13 @@ def evaluate_run(run_id: int, *, expected_round: int | None = None) -> list[Eval
             run.outcome = run_outcome(run, verdicts)
             run.save(update_fields=["score", "outcome"])
         rollup_add(run_id=run_id)
-        # Its trace, with these scores, once they are committed (OTEL_EXPORT_RUNS).
-        queue.run_export(run_id)
+        # Once they are committed (OTEL_EXPORT_RUNS): the run's trace with its first round; a
+        # later round as spans of its own, since the run's spans are never sent again. A run
+        # cancelled before it ran or while it waited was sent at its cancel (run_cancel), and
+        # only a reviewer evaluates it.
+        sent_at_cancel = expected_round is not None and run.status == Run.Status.CANCELLED
+        if automatic or sent_at_cancel:
+            queue.evaluations_export([row.pk for row in rows])
+        else:
+            queue.run_export(run_id)
     return rows

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db.models import Count, Q
 
 from feedback.agent.llm import use_endpoint
+from feedback.agent.llm.adapter import FormatError, json_completion
 from feedback.models import Run, Step
 from feedback.models.evaluation import OFFLINE_JUDGE_NAME
 
@@ -96,95 +97,32 @@ def parse_judge_reply(content: str) -> tuple[float, bool, str]:
     return float(score), accomplished, feedback
 
 
-# How a judge can be asked for JSON, strictest first. Servers differ: llama.cpp's refuses a
-# json_schema response format (500), some refuse json_object too; the prompt alone always goes.
-RESPONSE_FORMATS = ("json_schema", "json_object", "prompt")
-# Formats an endpoint (base URL, model) refused while a looser one then worked: not tried again
-# by this process, so each judgement costs one call, not three.
-_unsupported: set[tuple[str, str, str]] = set()
-# Statuses that say "not this request" rather than "not now": a 429 or a gateway's 502-504 is an
-# outage, and trying a looser format would hide it.
-_REFUSALS = frozenset({400, 404, 415, 422, 500, 501})
-
-
-def _response_format(kind: str) -> Any:
-    if kind == "json_schema":
-        return {"type": "json_schema", "json_schema": {"name": "judgement", "strict": True, "schema": JUDGE_SCHEMA}}
-    if kind == "json_object":
-        return {"type": "json_object"}
-    return None
-
-
-_OBJECT = re.compile(r"\{.*\}", re.S)
-
-
-def _reply_json(content: str, kind: str) -> str:
-    """The JSON in a reply: all of it when a format constrained it; the outermost braces of a
-    prompt-only reply, which a model may wrap in prose or a code fence."""
-    if kind != "prompt":
-        return content
-    found = _OBJECT.search(content or "")
-    return found.group(0) if found else content
-
-
-def _said(refused: list[tuple[str, int]]) -> list[str]:
-    return [f"{kind}: {status}" for kind, status in refused]
-
-
 def llm_judge(run: Run, config: dict) -> Verdict:
-    import openai
-
     model = config.get("model") or settings.LLM_JUDGE_MODEL
-    client = openai.OpenAI(
-        base_url=settings.OPENAI_BASE_URL or None,
-        api_key=settings.OPENAI_API_KEY or "not-needed",
-        timeout=settings.LLM_TIMEOUT_SECONDS,
-        # A failed judgement is recorded and can be re-run by a reviewer; retrying here would only
-        # multiply the wait on an endpoint that is already slow.
-        max_retries=0,
-    )
-    endpoint = (settings.OPENAI_BASE_URL, model)
-    refused: list[tuple[str, int]] = []  # (format, status)
-    for kind in RESPONSE_FORMATS:
-        if (*endpoint, kind) in _unsupported:
-            continue
-        extra = {"max_tokens": settings.LLM_JUDGE_MAX_TOKENS} if settings.LLM_JUDGE_MAX_TOKENS else {}
-        response_format = _response_format(kind)
-        if response_format is not None:
-            extra["response_format"] = response_format
-        try:
-            response = client.chat.completions.create(
-                model=model, messages=_judge_messages(run), temperature=0, **extra
-            )
-        except openai.APITimeoutError as exc:
+    options = {"max_tokens": settings.LLM_JUDGE_MAX_TOKENS} if settings.LLM_JUDGE_MAX_TOKENS else {}
+    try:
+        # The strictest JSON format the endpoint takes (the adapter remembers those it refused).
+        answer = json_completion(
+            model=model, messages=_judge_messages(run), schema=JUDGE_SCHEMA, name="judgement", temperature=0,
+            **options,
+        )  # fmt: skip
+    except FormatError as exc:
+        if exc.timed_out:
             raise EvaluatorError(
                 f"The judge timed out after {settings.LLM_TIMEOUT_SECONDS:g} s.", {"reason": "timeout"}
             ) from exc
-        except openai.APIStatusError as exc:
-            if exc.status_code in _REFUSALS and kind != RESPONSE_FORMATS[-1]:
-                refused.append((kind, exc.status_code))
-                continue
-            raise EvaluatorError(
-                f"The judge could not be reached: {type(exc).__name__}: {exc}", {"refused_formats": _said(refused)}
-            ) from exc
-        except openai.APIError as exc:
-            raise EvaluatorError(f"The judge could not be reached: {type(exc).__name__}: {exc}") from exc
-        break
-    # A looser format answered: the stricter ones were refused for what they are, not by chance.
-    _unsupported.update((*endpoint, refused_kind) for refused_kind, _ in refused)
-    content = response.choices[0].message.content if response.choices else None
-    score, accomplished, feedback = parse_judge_reply(_reply_json(content or "", kind))
-    usage = response.usage
+        raise EvaluatorError(f"The judge could not be reached: {exc}", {"refused_formats": exc.refused}) from exc
+    score, accomplished, feedback = parse_judge_reply(answer.text)
     return Verdict(
         score=score,
         feedback=feedback,
         accomplished=accomplished,
         details={
             "model": model,
-            "response_format": kind,
-            **({"refused_formats": _said(refused)} if refused else {}),
-            "tokens_in": getattr(usage, "prompt_tokens", 0) or 0,
-            "tokens_out": getattr(usage, "completion_tokens", 0) or 0,
+            "response_format": answer.response_format,
+            **({"refused_formats": answer.refused} if answer.refused else {}),
+            "tokens_in": answer.tokens_in,
+            "tokens_out": answer.tokens_out,
         },
     )
 

@@ -12,12 +12,15 @@ A run is one trace (a sub-agent's run joins the trace of the run that delegated 
     invoke_agent {task kind}     the run; a sub-agent's run hangs from its delegate call's span
       chat {model}               one per model call (a turn of the loop), with its tokens
       execute_tool {tool}        one per tool call, error.type when it failed
-      (events)                   gen_ai.evaluation.result per evaluation, reflections
+      (events)                   gen_ai.evaluation.result per evaluation of its first round, reflections
+      evaluation {evaluator}     an EVALUATOR span per evaluation given after the export
 
-Ids are derived from the run and its steps (an HMAC keyed by SECRET_KEY: stable, and distinct
-between installations sending to one backend), so exporting again (a re-evaluation, a reviewer's
-score, a retry) sends the same spans with their latest attributes, which a receiver that keys
-spans by id keeps once.
+Ids are derived from the run, its steps and its evaluations (an HMAC keyed by SECRET_KEY: stable,
+and distinct between installations sending to one backend), so a retry sends the same spans,
+which a receiver that keys spans by id keeps once. What comes after the run's export (a
+reviewer's score, a re-evaluation's round) is sent as new spans of its own
+(``queue.evaluations_export``), never as the run's spans again: receivers keep the first copy of a
+span (Phoenix ignores a span id it has), and OpenInference says ended spans are not re-exported.
 
 Timing: a tool span has its call's recorded start and end. A model call is recorded without
 them; its span covers the time between the recorded moments around it (from the end of the
@@ -30,10 +33,10 @@ values, which are masked (feedback/privacy.py); with ``PRIVACY_MASKING`` off, no
 sent whatever ``OTEL_CAPTURE_CONTENT`` says.
 """
 
-from .builder import run_spans
+from .builder import evaluation_spans, run_spans
 from .config import BATCH_SPANS, CONTENT_MAX_CHARS, NS, SCOPE, capture_content
 from .errors import ExportFailed, ExportNotReady
-from .export import run_trace_export
+from .export import evaluations_export, run_trace_export
 from .ids import span_id_of, trace_id_of
 from .values import _json, _nanos
 
@@ -47,6 +50,8 @@ __all__ = [
     "_json",
     "_nanos",
     "capture_content",
+    "evaluation_spans",
+    "evaluations_export",
     "run_spans",
     "run_trace_export",
     "span_id_of",

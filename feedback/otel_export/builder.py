@@ -1,9 +1,10 @@
-"""A run's spans, built with the SDK from its steps, attempts, confirmations and evaluations."""
+"""A run's spans, built with the SDK from its steps, attempts, confirmations and evaluations, and
+the spans that carry the evaluations given after its export (a reviewer's score, a new round)."""
 
 import os
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -14,9 +15,10 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from feedback.models import AppliedStrategy, Evaluation, Run, Step
+from feedback.models.evaluation import OFFLINE_JUDGE_NAME
 
 from .config import _LENGTH_LIMIT_VARIABLES, CONTENT_MAX_CHARS, NS, SCOPE, capture_content
 from .errors import ExportNotReady
@@ -33,11 +35,42 @@ def run_spans(run: Run) -> list[ReadableSpan]:
     return _TraceBuilder(run, content=capture_content()).build()
 
 
-def _share(windows: dict, turns: list[int], since: datetime, until: datetime) -> None:
-    """Consecutive model calls with no recorded moment between them split their gap equally."""
-    slice_ = max(until - since, timedelta(0)) / len(turns)
-    for i, turn in enumerate(turns):
-        windows[turn] = (since + slice_ * i, since + slice_ * (i + 1))
+def evaluation_spans(run: Run, evaluations: Iterable[Evaluation]) -> list[ReadableSpan]:
+    """One EVALUATOR span per evaluation of ``run`` given after its trace was sent, each with an
+    id of its own, under the run's span in the run's trace and linked to it.
+
+    Backends keep the first copy of a span (Phoenix inserts spans with ON CONFLICT DO NOTHING),
+    so sending the run's spans again with a later score changes nothing there; OpenInference says
+    the same of any ended span ("Feedback obtained after the target span has ended MUST NOT be
+    added by mutating or re-exporting the original span", spec/annotations.md): a new EVALUATOR
+    span with ``evaluations.*`` and a link to its target carries it instead."""
+    return _TraceBuilder(run, content=capture_content()).build_evaluations(list(evaluations))
+
+
+def _top_run(run: Run) -> Run:
+    """The run a sub-agent's run was delegated from, at the top (``run`` itself at the top)."""
+    while run.parent_id is not None:
+        run = run.parent
+    return run
+
+
+def _rerun_root(run: Run) -> Run:
+    """The first run of the re-run chain ``run`` belongs to (``run`` itself if it is no re-run):
+    every re-run of a run is in the session of the run first asked for."""
+    seen = {run.pk}
+    while run.retry_of_id is not None and run.retry_of_id not in seen:
+        seen.add(run.retry_of_id)
+        run = Run.objects.only("pk", "task_id", "retry_of_id").get(pk=run.retry_of_id)
+    return run
+
+
+def _annotator_kind(evaluation: Evaluation) -> str:
+    """OpenInference's annotator kinds: a person, a language model, or code (the offline judge)."""
+    if evaluation.kind == Evaluation.Kind.HUMAN:
+        return "HUMAN"
+    if evaluation.kind == Evaluation.Kind.JUDGE and evaluation.evaluator != OFFLINE_JUDGE_NAME:
+        return "LLM"
+    return "CODE"
 
 
 class _TraceBuilder:
@@ -80,11 +113,17 @@ class _TraceBuilder:
         events: Iterable[tuple[str, dict[str, Any], datetime]] = (),
         error: str = "",
         error_message: str = "",
+        links: Iterable[SpanContext] = (),
     ) -> SpanContext:
         self.ids.span_id = span_id_of(key)
         context = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent else Context()
         span = self.tracer.start_span(
-            name, context=context, kind=kind, attributes=_attributes(attributes), start_time=_nanos(start)
+            name,
+            context=context,
+            kind=kind,
+            attributes=_attributes(attributes),
+            links=[Link(target) for target in links],
+            start_time=_nanos(start),
         )
         for event, values, moment in events:
             span.add_event(event, _attributes(values), timestamp=_nanos(moment))
@@ -101,10 +140,7 @@ class _TraceBuilder:
         turns: dict[int, list[Step]] = defaultdict(list)
         for step in steps:
             turns[step.turn].append(step)
-        asked: dict[int, datetime] = {}
-        for turn, requested_at in run.confirmations.values_list("turn", "requested_at"):
-            asked[turn] = min(requested_at, asked.get(turn, requested_at))
-        windows, reflected = self._timeline(turns, asked)
+        windows, reflected = self._timeline(turns)
 
         start = run.started_at or run.created_at
         ends = [s.finished_at for s in steps if s.finished_at]
@@ -129,16 +165,52 @@ class _TraceBuilder:
                     self._tool_span(root, step, windows[turn][1], confirmations.get(step.tool_call_id))
         return list(self.collected.get_finished_spans())
 
+    def build_evaluations(self, evaluations: list[Evaluation]) -> list[ReadableSpan]:
+        run = self.run
+        self.ids.trace_id = trace_id_of(_top_run(run).pk)
+        flags = TraceFlags(TraceFlags.SAMPLED)
+        # The run's span, by its derived id: it need not be sent again, nor even have arrived yet.
+        target = SpanContext(self.ids.trace_id, span_id_of(f"run:{run.pk}"), is_remote=False, trace_flags=flags)
+        for e in evaluations:
+            result = self._evaluation_result(e)
+            failed = e.status == Evaluation.Status.FAILED
+            values = {
+                "gen_ai.conversation.id": str(run.pk),
+                "openinference.span.kind": "EVALUATOR",
+                "langfuse.observation.type": "evaluator",
+                # OpenInference's evaluations.* (Phoenix): one result per span, about its link's target.
+                "evaluations.0.evaluation.name": e.evaluator,
+                "evaluations.0.evaluation.score": e.score,
+                "evaluations.0.evaluation.label": result["gen_ai.evaluation.score.label"],
+                "evaluations.0.evaluation.explanation": result["gen_ai.evaluation.explanation"],
+                "evaluations.0.evaluation.annotator_kind": _annotator_kind(e),
+                # Results of one name on one target told apart (two reviewers' scores), stably.
+                "evaluations.0.evaluation.identifier": f"evaluation-{e.pk}",
+                "evaluations.0.evaluation.metadata": _json({"kind": e.kind, "round": e.round, "weight": e.weight}),
+                NS + "run.id": run.pk,
+                **result,
+            }
+            self._span(
+                f"evaluation:{e.pk}",
+                f"evaluation {e.evaluator}",
+                parent=target,
+                kind=SpanKind.INTERNAL,
+                start=e.created_at,
+                end=e.created_at,
+                attributes=values,
+                events=[("gen_ai.evaluation.result", result, e.created_at)],
+                error="evaluator_failed" if failed else "",
+                links=[target],
+            )
+        return list(self.collected.get_finished_spans())
+
     def _placement(self) -> tuple[int, SpanContext | None]:
         """The trace the run belongs to, and the span its own hangs from: a sub-agent's run is
         part of its parent's trace, under the span of the delegate call that started it."""
         run = self.run
         if run.parent_id is None:
             return trace_id_of(run.pk), None
-        top = run.parent
-        while top.parent_id is not None:
-            top = top.parent
-        trace_id = trace_id_of(top.pk)
+        trace_id = trace_id_of(_top_run(run).pk)
         if run.parent_step_id is not None:
             parent_span = span_id_of(f"step:{run.parent_step_id}")
         elif Run.objects.filter(pk=run.parent_id, status__in=Run.ACTIVE_STATUSES).exists():
@@ -149,26 +221,22 @@ class _TraceBuilder:
         return trace_id, SpanContext(trace_id, parent_span, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
 
     def _timeline(
-        self, turns: dict[int, list[Step]], asked: dict[int, datetime]
+        self, turns: dict[int, list[Step]]
     ) -> tuple[dict[int, tuple[datetime, datetime]], dict[int, datetime]]:
-        """Each turn's model call window, and when each turn's calls were over."""
+        """Each turn's model call as its step recorded it, and when each turn was over. A turn
+        recorded before model calls were timed gets a model call of no length at the last moment
+        known before it: nothing is made up."""
         windows: dict[int, tuple[datetime, datetime]] = {}
         over: dict[int, datetime] = {}
-        cursor = opened = self.run.started_at or self.run.created_at
-        waiting: list[int] = []  # model calls whose end is not known yet
+        cursor = self.run.started_at or self.run.created_at
         for turn, steps in turns.items():
-            if not waiting:
-                opened = cursor
-            waiting.append(turn)
-            calls = [s for s in steps if s.kind == Step.Kind.TOOL_CALL and s.started_at]
-            boundaries = [s.started_at for s in calls] + ([asked[turn]] if turn in asked else [])
-            if boundaries:
-                _share(windows, waiting, opened, min(boundaries))
-                waiting = []
-                cursor = max([cursor, *boundaries, *(s.finished_at or s.started_at for s in calls)])
-            over[turn] = cursor
-        if waiting:
-            _share(windows, waiting, opened, max(self.run.finished_at or cursor, opened))
+            called = [s for s in steps if s.kind in _MODEL_STEPS and s.started_at and s.finished_at]
+            if called:
+                windows[turn] = (min(s.started_at for s in called), max(s.finished_at for s in called))
+            else:
+                windows[turn] = (cursor, cursor)
+            moments = [m for s in steps for m in (s.started_at, s.finished_at) if m]
+            cursor = over[turn] = max([cursor, windows[turn][1], *moments])
         return windows, over
 
     def _run_attributes(self, steps: list[Step]) -> dict[str, Any]:
@@ -184,8 +252,9 @@ class _TraceBuilder:
             **self.model,
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": run.task_kind,
-            # Trace-level for Langfuse and Phoenix: set by the top run only, for its whole trace.
-            "session.id": f"task-{run.task_id}" if top else None,
+            # Trace-level for Langfuse and Phoenix: set by the top run only, for its whole trace;
+            # a re-run is in the session of the run it re-runs (the first of its chain).
+            "session.id": f"task-{_rerun_root(run).task_id}" if top else None,
             "user.id": str(run.task.created_by_id) if top and run.task.created_by_id else None,
             "openinference.span.kind": "AGENT",
             "langfuse.observation.type": "agent",
@@ -220,29 +289,30 @@ class _TraceBuilder:
         return values
 
     def _evaluation_events(self) -> Iterable[tuple[str, dict[str, Any], datetime]]:
-        """The latest automatic round and every person's score, as gen_ai.evaluation.result."""
-        evaluations = list(Evaluation.objects.filter(run=self.run).order_by("round", "pk"))
-        automatic = [e.round for e in evaluations if e.kind != Evaluation.Kind.HUMAN]
-        latest = max(automatic, default=None)
-        for e in evaluations:
-            if e.kind != Evaluation.Kind.HUMAN and e.round != latest:
-                continue
-            failed = e.status == Evaluation.Status.FAILED
-            label = {True: "accomplished", False: "not_accomplished", None: None}[e.accomplished]
-            yield (
-                "gen_ai.evaluation.result",
-                {
-                    "gen_ai.evaluation.name": e.evaluator,
-                    "gen_ai.evaluation.score.value": e.score,
-                    "gen_ai.evaluation.score.label": "failed" if failed else label,
-                    "gen_ai.evaluation.explanation": e.feedback if self.content else None,
-                    "error.type": "evaluator_failed" if failed else None,
-                    NS + "evaluation.kind": e.kind,
-                    NS + "evaluation.round": e.round,
-                    NS + "evaluation.weight": e.weight,
-                },
-                e.created_at,
-            )
+        """The run's first automatic round (the one its export follows), as gen_ai.evaluation.result.
+        A person's score and any later round are sent on spans of their own (evaluation_spans):
+        nothing given after the export needs the run's spans sent again."""
+        automatic = list(
+            Evaluation.objects.filter(run=self.run).exclude(kind=Evaluation.Kind.HUMAN).order_by("round", "pk")
+        )
+        for e in automatic:
+            if e.round != automatic[0].round:
+                break
+            yield "gen_ai.evaluation.result", self._evaluation_result(e), e.created_at
+
+    def _evaluation_result(self, e: Evaluation) -> dict[str, Any]:
+        failed = e.status == Evaluation.Status.FAILED
+        label = {True: "accomplished", False: "not_accomplished", None: None}[e.accomplished]
+        return {
+            "gen_ai.evaluation.name": e.evaluator,
+            "gen_ai.evaluation.score.value": e.score,
+            "gen_ai.evaluation.score.label": "failed" if failed else label,
+            "gen_ai.evaluation.explanation": e.feedback if self.content else None,
+            "error.type": "evaluator_failed" if failed else None,
+            NS + "evaluation.kind": e.kind,
+            NS + "evaluation.round": e.round,
+            NS + "evaluation.weight": e.weight,
+        }
 
     def _reflection_events(
         self, steps: list[Step], over: dict[int, datetime]
@@ -269,14 +339,13 @@ class _TraceBuilder:
         ]
 
     def _chat_span(self, root: SpanContext, turn: int, steps: list[Step], window: tuple[datetime, datetime]) -> None:
-        """The model call that began the turn. A reply made only of tool calls is recorded as those
-        calls, without a step of its own; its tokens are on the first of them."""
+        """The model call that began the turn: its step (a thought, the answer or a model error),
+        with its own times, tokens and attempts. (Turns recorded before every model call had a step
+        carry their tokens on their first tool call: summing the turn's steps counts them too.)"""
         run = self.run
         replies = [s for s in steps if s.kind in _MODEL_STEPS]
         calls = [s for s in steps if s.kind == Step.Kind.TOOL_CALL]
         failed = next((s for s in replies if s.kind == Step.Kind.MODEL_ERROR), None)
-        # The model call's tokens are on the first step of its turn: its reply, else its first
-        # tool call (feedback/agent/loop.py).
         tokens_in = sum(s.tokens_in for s in steps) if steps else None
         tokens_out = sum(s.tokens_out for s in steps) if steps else None
         values = {

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 
 from feedback.agent.guardrails import ALWAYS_OFFERED, check_guardrails
-from feedback.agent.llm import use_endpoint
+from feedback.agent.llm import openai_client, use_endpoint
 from feedback.models import Run, Step, Strategy, StrategyEvent, StrategyVersion
 from feedback.storable import unstorable
 
@@ -240,12 +240,7 @@ def _written_by_model(pattern: Pattern, fallback: Proposal, found: Secrets) -> P
     when what it wrote quotes the evidence (an expected answer, a number from one, a file name)."""
     if not use_endpoint() or settings.STRATEGY_PROPOSAL_WRITER == "template":
         return fallback
-    import openai
-
-    client = openai.OpenAI(
-        base_url=settings.OPENAI_BASE_URL or None, api_key=settings.OPENAI_API_KEY or "not-needed",
-        timeout=settings.LLM_TIMEOUT_SECONDS, max_retries=1,
-    )  # fmt: skip
+    client = openai_client(max_retries=1)
     prompt = (
         "An LLM agent keeps failing in the same way. Evidence (JSON): "
         f"{json.dumps(_evidence_for_model(pattern, found))}. Write one short, imperative instruction that "

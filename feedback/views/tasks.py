@@ -6,10 +6,12 @@ from django.utils.translation import gettext as _
 
 from feedback import quota, services
 from feedback.agent.llm import describe_backend
-from feedback.forms import TaskForm, kind_help
+from feedback.forms import UPLOAD_MAX_BYTES, UPLOAD_MAX_FILES, TaskForm, kind_help
 from feedback.models import Task
+from feedback.uploads import accepts_uploads
 
 
+@accepts_uploads(files=UPLOAD_MAX_FILES, file_bytes=UPLOAD_MAX_BYTES)
 @permission_required("feedback.add_task", raise_exception=True)
 def task_submit(request: HttpRequest) -> HttpResponse:
     template = "feedback/task_submit.html"

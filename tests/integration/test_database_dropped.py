@@ -112,7 +112,8 @@ def test_a_commit_whose_acknowledgement_is_lost_is_not_written_twice(monkeypatch
     assert count["n"] >= 2, "the second step's commit was never reached"
     assert run.status == Run.Status.SUCCEEDED
     _assert_whole(run)
-    assert run.steps.count() == run.step_count == 3
+    # Two turns of a model call and a calculator call, then the answer.
+    assert run.steps.count() == run.step_count == 5
 
 
 def test_a_database_that_stays_away_fails_the_run_cleanly():
@@ -124,7 +125,9 @@ def test_a_database_that_stays_away_fails_the_run_cleanly():
     assert run.error.startswith("Internal error: OperationalError")
     assert run.finished_at is not None and run.worker
     steps = _assert_whole(run)
-    assert len(steps) == 1  # the first write went through; none of the failed ones left a trace
+    # The first write went through (the first model call's step and its calculator call's); none
+    # of the failed ones left a trace.
+    assert len(steps) == 2
 
 
 def test_a_real_worker_survives_its_connections_being_cut_mid_run(shared_folders):

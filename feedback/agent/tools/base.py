@@ -5,11 +5,24 @@ from typing import Any
 
 
 class ToolError(Exception):
-    """A failure a tool reports. ``retryable`` errors are transient: worth another attempt."""
+    """A failure a tool reports. ``retryable`` errors are transient: worth another attempt.
+    ``error_class`` is what the step records (error signatures, reflection and mining read it)."""
+
+    error_class = "ToolError"
 
     def __init__(self, message: str, *, retryable: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class ToolTimeout(ToolError):
+    """A tool that reports it waited past its timeout itself (an MCP server that did not start or
+    answer in time): recorded as the invoker records a built-in that ran past its own."""
+
+    error_class = "ToolTimeout"
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message, retryable=retryable)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """MCP servers' tools in the registry: one Tool per exposed tool, named ``<server>__<tool>``.
 
 A server's tool listing is kept on its row (``McpServer.tool_listing``), listed when an operator
-tests it in the admin and again at a run's start once it is older than
-``MCP_TOOLS_REFRESH_SECONDS``, so a run needs no call to know what to offer, and a server that is
-down still has its tools offered: calling them is then a failed step that says so.
+saves or tests it in the admin and by beat's refresh (``mcp_listings_refresh``: a server never
+listed, or whose listing is older than ``MCP_TOOLS_REFRESH_SECONDS``). A run's tools come from the
+stored listings alone: starting a run never waits for a server, so one that hangs or is down costs
+nothing to a run that does not call it. Its tools stay offered; calling one connects then (with
+the server's timeout), and a server that does not answer in time is a ToolTimeout step.
 
 Each tool keeps the server's JSON Schema for its parameters (the invoker validates arguments
 against it before any call), goes through the invoker like a built-in (timeout, a circuit
@@ -31,11 +33,12 @@ from typing import Any
 import jsonschema
 from django.conf import settings
 from django.core.cache import cache
+from django.db.models import Q
 from django.utils import timezone
 
 from feedback.models import McpServer
 
-from .base import Tool, ToolContext, ToolError
+from .base import Tool, ToolContext, ToolError, ToolTimeout
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +50,8 @@ MAX_ERROR = 2_000
 # Beyond the server's two timeouts (connecting, the call): the invoker's own bound is a safety
 # net only, the bridge reports first.
 _INVOKER_GRACE = 10.0
+# How long a server whose listing failed waits before the refresh asks it again.
+_FAILED_LISTING_PAUSE = 300
 
 
 def exposed_name(server: str, tool: str) -> str:
@@ -122,7 +127,8 @@ def list_and_store(server: McpServer) -> list[dict[str, Any]]:
     except bridge.McpFailure as exc:
         McpServer.objects.filter(pk=server.pk).update(list_error=str(exc))
         server.list_error = str(exc)
-        raise ToolError(str(exc), retryable=exc.transient) from None
+        failure = ToolTimeout if exc.timed_out else ToolError
+        raise failure(str(exc), retryable=exc.transient) from None
     server.tool_listing = [listing_entry(t) for t in tools]
     server.listed_at, server.list_error = timezone.now(), ""
     McpServer.objects.filter(pk=server.pk).update(
@@ -213,8 +219,11 @@ def _caller(server: McpServer, spec: Any, remote: str, *, idempotent: bool, time
                 timeout=timeout,
             )
         except bridge.McpFailure as exc:
-            # A call that may have run is tried again only if running it twice does no harm.
-            raise ToolError(str(exc), retryable=exc.transient and (idempotent or not exc.sent)) from None
+            # A call that may have run is tried again only if running it twice does no harm. A
+            # server that did not start, connect or answer in time is a ToolTimeout, as a
+            # built-in past its timeout is: one error class for signatures, retries and metrics.
+            failure = ToolTimeout if exc.timed_out else ToolError
+            raise failure(str(exc), retryable=exc.transient and (idempotent or not exc.sent)) from None
         if result.is_error:
             said = _text(result).strip() or "no message"
             raise ToolError(f"{where} reported an error: {said[:MAX_ERROR]}")
@@ -270,25 +279,38 @@ def _fingerprint(server: McpServer, overrides: dict) -> str:
     return hashlib.sha1(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _refresh_if_stale(server: McpServer) -> None:
-    every = settings.MCP_TOOLS_REFRESH_SECONDS
-    if server.listed_at is not None and (not every or server.listed_at > timezone.now() - timedelta(seconds=every)):
-        return
-    # One worker lists a server at a time; the others keep offering the last listing meanwhile.
-    if not cache.add(f"mcp-listing:{server.pk}", 1, timeout=int(server.timeout_seconds * 2) + 30):
-        return
-    try:
-        list_and_store(server)
-    except ToolError as exc:
-        logger.warning("listing the tools of MCP server %s failed; keeping the last listing: %s", server.name, exc)
+def mcp_listings_refresh() -> int:
+    """List again every enabled server never listed, or whose listing is older than
+    ``MCP_TOOLS_REFRESH_SECONDS`` (0: never listed only); beat's job, never a run's. A server that
+    fails keeps its last listing, with the error beside it. Returns how many were listed."""
+    stale = Q(listed_at__isnull=True)
+    if every := settings.MCP_TOOLS_REFRESH_SECONDS:
+        stale |= Q(listed_at__lt=timezone.now() - timedelta(seconds=every))
+    listed = 0
+    for server in McpServer.objects.filter(stale, enabled=True):
+        # One worker lists a server at a time (a slow beat tick overlapping the next one).
+        key = f"mcp-listing:{server.pk}"
+        if not cache.add(key, 1, timeout=int(server.timeout_seconds * 2) + 30):
+            continue
+        try:
+            list_and_store(server)
+            listed += 1
+        except ToolError as exc:
+            logger.warning("listing the tools of MCP server %s failed; keeping the last listing: %s", server.name, exc)
+            # Not asked again at every tick: a server that hangs would hold a worker thread for
+            # its timeout each minute.
+            cache.set(key, 1, timeout=_FAILED_LISTING_PAUSE)
+        else:
+            cache.delete(key)
+    return listed
 
 
 def mcp_tools() -> dict[str, Tool]:
-    """Every enabled server's offered tools."""
+    """Every enabled server's offered tools, from the listings stored on their rows: no server is
+    asked anything here (see mcp_listings_refresh)."""
     tools: dict[str, Tool] = {}
     for server in McpServer.objects.filter(enabled=True).prefetch_related("overrides"):
         try:
-            _refresh_if_stale(server)
             tools.update(server_tools(server))
         except Exception:  # one server's bad row (saved around the admin's checks) stops no run
             logger.exception("the tools of MCP server %s are left out", server.name)

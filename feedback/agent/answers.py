@@ -1,0 +1,95 @@
+"""What the loop checks in a reply before it acts on it (``unusable``): the adapter's reason, if
+it found one; an empty reply; and two generic rules, the same for every model, written in the
+runtime's terms (its instructions, its refusals), never in any one model's wording.
+
+- **An echo**: a reply that mostly repeats the runtime's last instruction (a reflection's re-plan,
+  a correction of an unusable reply) instead of following it is no answer. What the runtime
+  quoted there of a tool (its error, the call's arguments) is not its instruction: a reply that
+  reports the tool's error is an answer, not an echo.
+- **A guardrail's refusal quoted**: a refusal is the runtime's message to the model (its
+  observation says so: conversation.observation_of), never text for the person who asked. An
+  answer that quotes one is asked for again, so the guardrail's wording never reaches an answer.
+"""
+
+import json
+import re
+from collections.abc import Iterable
+
+from feedback.models import Step
+
+from .guardrails import REFUSAL_MARKER
+from .llm import LLMReply
+
+GUARDRAIL_REFUSED = "GuardrailRefused"
+ECHOED = "Your reply repeated the instruction instead of following it: do it now with a tool call, or answer the task."
+QUOTED_REFUSAL = (
+    "Your answer quoted a guardrail's refusal, which is the runtime's message to you, not something to tell "
+    "the user: do what it asks with a tool call, or answer the task in your own words without it."
+)
+_WORD = re.compile(r"[a-z0-9_]+")
+_MARKER = re.compile(rf"\b{re.escape(REFUSAL_MARKER)}", re.I)
+
+
+def _trigrams(text: str) -> set[tuple[str, ...]]:
+    words = _WORD.findall(text.lower())
+    return {tuple(words[i : i + 3]) for i in range(len(words) - 2)}
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _quoted(steps: Iterable[Step]) -> set[tuple[str, ...]]:
+    """The word triples the runtime quotes of failed tool calls (their errors and arguments)."""
+    quoted: set[tuple[str, ...]] = set()
+    for s in steps:
+        if s.kind == Step.Kind.TOOL_CALL and s.success is False:
+            quoted |= _trigrams(s.error) | _trigrams(_text(s.arguments))
+    return quoted
+
+
+def echoes_instruction(reply: str, steps: list[Step]) -> bool:
+    """Whether ``reply`` is mostly a copy of the runtime's own words in what it last told the
+    model. Most of the reply's word triples (leaving out those quoted of tools) must be the
+    instruction's: an answer that quotes a phrase of it, or reports a tool's error, is an answer."""
+    told = next(
+        (s.thought for s in reversed(steps) if s.kind in (Step.Kind.REFLECTION, Step.Kind.MODEL_ERROR) and s.thought),
+        "",
+    )
+    if not told:
+        return False
+    quoted = _quoted(steps)
+    said = _trigrams(reply) - quoted
+    return len(said) >= 3 and len(said & (_trigrams(told) - quoted)) >= 0.6 * len(said)
+
+
+def quoted_refusal(answer: str, steps: Iterable[Step]) -> str:
+    """The guardrail refusal ``answer`` quotes, or "": it carries the refusals' marker, or half
+    (at least three) of one refusal's word triples, those of the refused call's arguments aside
+    (an answer may well name the file it was asked about)."""
+    refusals = [s for s in steps if s.kind == Step.Kind.TOOL_CALL and s.error_class == GUARDRAIL_REFUSED and s.error]
+    if not refusals:
+        return ""
+    said = _trigrams(answer)
+    for refusal in refusals:
+        own = _trigrams(refusal.error) - _trigrams(_text(refusal.arguments))
+        if _MARKER.search(answer) or len(said & own) >= max(3, len(own) / 2):
+            return refusal.error
+    return ""
+
+
+def unusable(reply: LLMReply, steps: list[Step]) -> tuple[str, str]:
+    """Why the loop cannot act on ``reply`` (what the model is told) and the model error's class,
+    or ("", "") when it can: the adapter's reason, an empty reply, an echo, a quoted refusal."""
+    if reply.unusable:
+        return reply.unusable, "MalformedReply"
+    if reply.tool_calls:
+        return "", ""
+    if not reply.content.strip():
+        return "Your last reply was empty.", "EmptyReply"
+    # Classes of their own: not reply formats mining finds remedies for.
+    if echoes_instruction(reply.content, steps):
+        return ECHOED, "EchoedInstruction"
+    if quoted_refusal(reply.content, steps):
+        return QUOTED_REFUSAL, "QuotedRefusal"
+    return "", ""

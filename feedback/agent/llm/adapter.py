@@ -1,0 +1,420 @@
+"""The endpoint adapter: every quirk of an OpenAI-compatible server is handled here, so the loop
+sees replies (tool calls, text, or an unusable reply with the reason) and nothing of the server.
+
+- **Tools refused** (a server without tool support): JSON replies instead, for good (``auto``),
+  the conversation rewritten for them and the reply parsed strictly (``json`` mode).
+- **Grammar-safe schemas**: a server that decodes by grammar (llama.cpp builds one from each tool's
+  JSON Schema) crashed on ``maxLength: 200000``; length, count and pattern bounds are left out of
+  what it is shown. The invoker still validates every call against the full schema.
+- **Calls written as text**: a chat template that writes ``<tool_call>{…}</tool_call>`` into the
+  content, or a reply that is one JSON call of an offered tool, are calls; text that looks like a
+  call and is none (pseudo-markup, a call's JSON that does not parse) is an unusable reply.
+- **A tool chosen but not called**: a reply that is only a tool's name (``functions.<tool>:``,
+  what a function-calling format leaves once the model writes text) or that says which one tool
+  it would call, before the run has used any tool but the plan, is asked again with that tool's
+  call forced (``tool_choice``), which the server then writes by the tool's schema.
+- **Cut off** at the length limit: unusable (half a call is nothing to act on).
+- **Refused response formats** (json_completion): a JSON Schema response, then a JSON object, then
+  the prompt alone, as the endpoint refuses each; a refused format is not asked for again.
+"""
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+from feedback.agent.guardrails import ALWAYS_OFFERED
+
+from .reply import LLMError, LLMReply, ToolCall
+
+logger = logging.getLogger(__name__)
+
+
+def _create(client: Any, **kwargs: Any) -> Any:
+    """One chat completion; the SDK's errors as LLMError, retryable or not."""
+    import openai
+
+    try:
+        return client.chat.completions.create(**kwargs)
+    except openai.APITimeoutError as exc:
+        raise LLMError(f"{type(exc).__name__}: {exc}", retryable=True, timed_out=True) from exc
+    except openai.APIConnectionError as exc:
+        raise LLMError(f"{type(exc).__name__}: {exc}", retryable=True) from exc
+    except (openai.RateLimitError, openai.InternalServerError) as exc:
+        raise LLMError(f"{type(exc).__name__} ({exc.status_code}): {exc.message}", retryable=True) from exc
+    except openai.APIStatusError as exc:
+        raise LLMError(f"{type(exc).__name__} ({exc.status_code}): {exc.message}") from exc
+    except openai.APIError as exc:
+        raise LLMError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _usage(response: Any) -> dict[str, int]:
+    usage = getattr(response, "usage", None)
+    return {
+        "tokens_in": getattr(usage, "prompt_tokens", 0) or 0,
+        "tokens_out": getattr(usage, "completion_tokens", 0) or 0,
+    }
+
+
+class EndpointModel:
+    """A ChatModel on an OpenAI-compatible endpoint (one per run: its tool mode may change)."""
+
+    backend = "openai"
+
+    def __init__(
+        self, client: Any, *, model: str, tool_mode: str, max_tokens: int = 0, grammar_safe_schemas: bool = False
+    ) -> None:
+        self.name = model
+        self.tool_mode = tool_mode
+        self.max_tokens = max_tokens
+        self.grammar_safe_schemas = grammar_safe_schemas
+        self._client = client
+        self._calls = 0
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
+        if self.grammar_safe_schemas:
+            tools = grammar_safe_tools(tools)
+        if self.tool_mode == "json":
+            return self._complete_json(messages, tools)
+        try:
+            return self._complete_native(messages, tools)
+        except LLMError as exc:
+            # Servers without tool support refuse the `tools` parameter: fall back for good.
+            if self.tool_mode == "auto" and not exc.retryable and "tool" in str(exc).lower():
+                logger.warning("endpoint refused native tools; switching to JSON replies: %s", exc)
+                self.tool_mode = "json"
+                return self._complete_json(messages, tools)
+            raise
+
+    def _create(self, *, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+        # Content always a string: OpenAI takes null beside tool calls, but llama-cpp-python's
+        # server answers it with a 500 (on every turn after the first call).
+        kwargs["messages"] = [m if m.get("content") is not None else {**m, "content": ""} for m in messages]
+        if self.max_tokens:
+            kwargs["max_tokens"] = self.max_tokens
+        if settings.LLM_TEMPERATURE is not None:
+            kwargs["temperature"] = settings.LLM_TEMPERATURE
+        return _create(self._client, model=self.name, **kwargs)
+
+    def _complete_native(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
+        import openai
+
+        omit = openai.omit
+        # tool_choice said outright: llama-cpp-python's function-calling chat format renders no
+        # tools at all without it, so the model never learns it has any.
+        response = self._create(messages=messages, tools=tools or omit, tool_choice="auto" if tools else omit)
+        reply = _calls_in_text(self._native_reply(response), tools, turn_id=getattr(response, "id", "") or "text")
+        chosen = "" if reply.tool_calls else chosen_in_text(reply.content, tools, messages)
+        if chosen is None:
+            return LLMReply(
+                content=reply.content, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
+                unusable="Your reply named a tool that is not offered instead of calling a tool or answering.",
+            )  # fmt: skip
+        if chosen:
+            forced = {"type": "function", "function": {"name": chosen}}
+            second = self._native_reply(self._create(messages=messages, tools=tools, tool_choice=forced))
+            reply = LLMReply(
+                content=second.content, tool_calls=second.tool_calls, unusable=second.unusable,
+                tokens_in=reply.tokens_in + second.tokens_in, tokens_out=reply.tokens_out + second.tokens_out,
+            )  # fmt: skip
+        return reply
+
+    def _native_reply(self, response: Any) -> LLMReply:
+        if not response.choices:
+            return LLMReply(**_usage(response))
+        choice = response.choices[0]
+        message = choice.message
+        calls = [
+            ToolCall(id=c.id or f"call-{i}", name=c.function.name or "", arguments=c.function.arguments or "")
+            for i, c in enumerate(message.tool_calls or [])
+            if getattr(c, "function", None) is not None
+        ]
+        return LLMReply(
+            content=message.content or "", tool_calls=calls, unusable=self._cut_off(choice), **_usage(response)
+        )
+
+    def _complete_json(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
+        self._calls += 1
+        response = self._create(messages=json_mode_messages(messages, tools))
+        choice = response.choices[0] if response.choices else None
+        text = (choice.message.content or "") if choice else ""
+        reply = parse_json_reply(text, turn_id=f"json-{self._calls}")
+        unusable = (self._cut_off(choice) if choice else "") or reply.unusable
+        return LLMReply(content=reply.content, tool_calls=reply.tool_calls, unusable=unusable, **_usage(response))
+
+    def _cut_off(self, choice: Any) -> str:
+        """Why a reply that hit the token limit is unusable (the model can be told to be brief)."""
+        if getattr(choice, "finish_reason", None) != "length":
+            return ""
+        limit = f" of {self.max_tokens} tokens" if self.max_tokens else ""
+        return f"Your reply was cut off at the length limit{limit}: reply more briefly."
+
+
+# --- calls written as text ----------------------------------------------------------------------
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.I)
+# A chat template's own call format (Hermes-style templates, as llama.cpp's server renders them
+# without a function-calling format): <tool_call>{"name": ..., "arguments": {...}}</tool_call>.
+_TAGGED_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+# Text meant as a call that is none: pseudo-markup, or a call's JSON that does not parse.
+_PSEUDO_MARKUP = re.compile(r"<(?:tools|function|tool_call)\b", re.I)
+_CALL_START = re.compile(r'\{\s*"name"\s*:\s*"([^"]+)"')
+
+
+def _json_arguments(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _calls_in_text(reply: LLMReply, tools: list[dict[str, Any]], *, turn_id: str) -> LLMReply:
+    """A reply whose calls came back as its text: <tool_call> tags, or the whole reply one JSON
+    call (or a list of them) of offered tools, fenced or not. Anything else stays text."""
+    if reply.tool_calls or not tools:
+        return reply
+    offered = {t["function"]["name"] for t in tools}
+    content, calls = reply.content, []
+    if _TAGGED_CALL.search(content):
+        content, calls = tagged_tool_calls(content, turn_id=turn_id)
+    else:
+        try:
+            data = json.loads(_FENCE.sub("", content.strip()))
+        except (ValueError, RecursionError):
+            data = None
+        items = data if isinstance(data, list) else [data]
+        if items and all(isinstance(d, dict) and d.get("name") in offered and "arguments" in d for d in items):
+            content = ""
+            calls = [ToolCall(f"{turn_id}-{i}", d["name"], _json_arguments(d["arguments"]))
+                     for i, d in enumerate(items)]  # fmt: skip
+    if not calls:
+        attempt = "" if reply.unusable else _failed_attempt(reply.content, offered)
+        if not attempt:
+            return reply
+        return LLMReply(content=reply.content, unusable=attempt, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out)
+    return LLMReply(content=content, tool_calls=calls, unusable=reply.unusable,
+                    tokens_in=reply.tokens_in, tokens_out=reply.tokens_out)  # fmt: skip
+
+
+def _failed_attempt(content: str, offered: set[str]) -> str:
+    """Why a reply is a failed attempt at a call rather than an answer, or "" when it is not one."""
+    start = _CALL_START.match(_FENCE.sub("", content.strip()))
+    if start and start.group(1) in offered:
+        return (f"Your reply looks like a call of {start.group(1)} but is not valid JSON: call tools through "
+                "the tool-calling format, or answer in words.")  # fmt: skip
+    if _PSEUDO_MARKUP.search(content):
+        return "Your reply wrote tool calls as text instead of making them: call tools, or answer in words."
+    return ""
+
+
+def tagged_tool_calls(content: str, *, turn_id: str) -> tuple[str, list[ToolCall]]:
+    """The calls written as <tool_call> tags in ``content``, and the text around them. A tag whose
+    JSON does not parse is kept as a call with its raw text, so the invoker records it as the
+    malformed call it is rather than the reply passing for an answer."""
+    calls = []
+    for i, found in enumerate(_TAGGED_CALL.finditer(content)):
+        body = _FENCE.sub("", found.group(1))
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("name"), str):
+            calls.append(ToolCall(f"{turn_id}-{i}", data["name"], _json_arguments(data.get("arguments", {}))))
+        else:
+            calls.append(ToolCall(f"{turn_id}-{i}", "", body))
+    return _TAGGED_CALL.sub("", content).strip(), calls
+
+
+# --- a tool chosen in the text --------------------------------------------------------------------
+_NAMED_ONLY = re.compile(r"\s*functions\.([\w.-]+?):?\s*")
+
+
+def chosen_in_text(content: str, tools: list[dict[str, Any]], messages: list[dict[str, Any]]) -> str | None:
+    """The offered tool a reply without calls chose: its whole text "functions.<tool>:", or the one
+    tool it says it would call ("call analyze_text text=notes.md", "use the `calculator` tool",
+    "analyze_text(...)", a call's JSON inside other text) while the run has called no tool but the
+    plan. "" when it chose none (or several, or the run has worked with a tool: an answer may well
+    mention the tool it used); None when the tool it names is not offered."""
+    if not tools:
+        return ""
+    offered = {t["function"]["name"] for t in tools}
+    named = _NAMED_ONLY.fullmatch(content)
+    if named is not None:
+        return named.group(1) if named.group(1) in offered else None
+    worked = any(
+        call.get("function", {}).get("name") not in ALWAYS_OFFERED
+        for m in messages
+        if m.get("role") == "assistant"
+        for call in m.get("tool_calls") or []
+    )
+    if worked or not content:
+        return ""
+    intended = {
+        name
+        for name in offered - ALWAYS_OFFERED
+        if re.search(
+            rf"\b(?:call|use|invoke|run)\s+(?:the\s+)?[`'\"]?{re.escape(name)}\b|\b{re.escape(name)}\s*\("
+            rf"|\"name\":\s*\"{re.escape(name)}\"",
+            content,
+            re.I,
+        )
+    }
+    return intended.pop() if len(intended) == 1 else ""
+
+
+# --- grammar-safe schemas -------------------------------------------------------------------------
+# Keywords a grammar-constrained decoder expands into one rule per allowed length or item.
+_GRAMMAR_HEAVY = frozenset({"maxLength", "minLength", "pattern", "format", "maxItems", "minItems", "uniqueItems"})
+
+
+def grammar_safe_schemas() -> bool:
+    """Whether tools go to the endpoint without length and pattern bounds (LLM_GRAMMAR_SAFE_SCHEMAS:
+    "auto" for any endpoint but OpenAI's own, whose servers may constrain decoding by grammar)."""
+    mode = settings.LLM_GRAMMAR_SAFE_SCHEMAS
+    if mode == "auto":
+        return (urlsplit(settings.OPENAI_BASE_URL).hostname or "api.openai.com") != "api.openai.com"
+    return mode == "on"
+
+
+def grammar_safe(schema: Any) -> Any:
+    """``schema`` without the keywords that blow up grammar-constrained decoding."""
+    if isinstance(schema, dict):
+        return {k: grammar_safe(v) for k, v in schema.items() if k not in _GRAMMAR_HEAVY}
+    if isinstance(schema, list):
+        return [grammar_safe(v) for v in schema]
+    return schema
+
+
+def grammar_safe_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {**t, "function": {**t["function"], "parameters": grammar_safe(t["function"]["parameters"])}} for t in tools
+    ]
+
+
+# --- JSON replies, for a server without tool calling ------------------------------------------------
+JSON_MODE_INSTRUCTIONS = """You cannot call tools natively. Reply with ONE JSON object and nothing else:
+{"thought": "...", "tool_calls": [{"name": "<tool>", "arguments": {...}}]} to call tools, or
+{"final_answer": "..."} when you are done. The tools:
+"""
+
+
+def json_mode_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rewrite a tool-calling conversation for a model without tool support."""
+    # Compact: this catalogue is the bulk of every JSON-mode prompt, and a local server's context
+    # (llama.cpp's default is 2,048 tokens) has to hold it with the conversation.
+    catalogue = "\n".join(
+        f"- {t['function']['name']}: {t['function']['description']} "
+        f"Parameters: {json.dumps(grammar_safe(t['function']['parameters']), separators=(',', ':'))}"
+        for t in tools
+    )
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m["role"] == "system":
+            out.append({"role": "system", "content": f"{m['content']}\n\n{JSON_MODE_INSTRUCTIONS}{catalogue}"})
+        elif m["role"] == "assistant":
+            calls = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                     for c in m.get("tool_calls") or []]  # fmt: skip
+            body = {"thought": m.get("content") or "", "tool_calls": calls} if calls else None
+            out.append({"role": "assistant", "content": json.dumps(body) if body else m.get("content") or ""})
+        elif m["role"] == "tool":
+            out.append({"role": "user", "content": f"Tool result ({m['tool_call_id']}): {m['content']}"})
+        else:
+            out.append(m)
+    return out
+
+
+def parse_json_reply(text: str, turn_id: str) -> LLMReply:
+    """Read a JSON-mode reply strictly; anything else is an unusable reply, not a crash."""
+    try:
+        data = json.loads(_FENCE.sub("", text.strip()))
+    except json.JSONDecodeError as exc:
+        return LLMReply(content=text, unusable=f"Your reply was not valid JSON ({exc.msg}).")
+    except RecursionError:
+        return LLMReply(content=text[:2000], unusable="Your reply was nested too deeply.")
+    if not isinstance(data, dict):
+        return LLMReply(content=text, unusable="Your reply must be a JSON object.")
+    if isinstance(data.get("final_answer"), str):
+        return LLMReply(content=data["final_answer"])
+    calls = data.get("tool_calls")
+    if not isinstance(calls, list) or not calls:
+        return LLMReply(content=text, unusable="Reply with 'tool_calls' (a non-empty list) or 'final_answer'.")
+    parsed = []
+    for i, call in enumerate(calls):
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return LLMReply(content=text, unusable=f"tool_calls[{i}] needs a 'name' string.")
+        parsed.append(ToolCall(f"{turn_id}-{i}", call["name"], _json_arguments(call.get("arguments", {}))))
+    return LLMReply(content=str(data.get("thought") or ""), tool_calls=parsed)
+
+
+# --- a JSON answer, in the strictest response format the endpoint takes ---------------------------
+# Strictest first. llama.cpp's server answers a json_schema response format with a 500, some
+# servers refuse json_object too; the prompt alone always goes.
+RESPONSE_FORMATS = ("json_schema", "json_object", "prompt")
+# Formats an endpoint (base URL, model) refused while a looser one then worked: not asked for
+# again by this process, so each request costs one call, not three.
+_refused_formats: set[tuple[str, str, str]] = set()
+# Statuses that say "not this request" rather than "not now": a 429 or a gateway's 502-504 is an
+# outage, and trying a looser format would hide it.
+_REFUSALS = frozenset({400, 404, 415, 422, 500, 501})
+_OBJECT = re.compile(r"\{.*\}", re.S)
+
+
+@dataclass(frozen=True)
+class JSONAnswer:
+    text: str  # the reply's JSON: all of it under a format; the outermost braces of a prompt-only one
+    response_format: str
+    refused: list[str]  # the formats refused on the way, "json_schema: 500"
+    tokens_in: int
+    tokens_out: int
+
+
+class FormatError(LLMError):
+    """No format was answered; ``refused``: those refused before the failure."""
+
+    def __init__(self, error: LLMError, refused: list[str]) -> None:
+        super().__init__(str(error), retryable=error.retryable, timed_out=error.timed_out)
+        self.refused = refused
+
+
+def _response_format(kind: str, name: str, schema: dict) -> Any:
+    if kind == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}
+    return {"type": "json_object"} if kind == "json_object" else None
+
+
+def _said(refused: list[tuple[str, int]]) -> list[str]:
+    return [f"{kind}: {status}" for kind, status in refused]
+
+
+def json_completion(
+    *, model: str, messages: list[dict[str, str]], schema: dict, name: str, **options: Any
+) -> JSONAnswer:
+    """One JSON answer from ``model``, asked for as ``schema`` (named ``name``) in the strictest
+    format the endpoint takes; FormatError when it answers none."""
+    import openai
+
+    from .client import openai_client
+
+    client, endpoint = openai_client(), (settings.OPENAI_BASE_URL, model)
+    refused: list[tuple[str, int]] = []
+    for kind in RESPONSE_FORMATS:
+        if (*endpoint, kind) in _refused_formats:
+            continue
+        response_format = _response_format(kind, name, schema)
+        extra = {"response_format": response_format} if response_format is not None else {}
+        try:
+            response = _create(client, model=model, messages=messages, **options, **extra)
+        except LLMError as exc:
+            status = getattr(exc.__cause__, "status_code", None)
+            if isinstance(exc.__cause__, openai.APIStatusError) and status in _REFUSALS and kind != "prompt":
+                refused.append((kind, status))
+                continue
+            raise FormatError(exc, _said(refused)) from exc
+        break
+    # A looser format answered: the stricter ones were refused for what they are, not by chance.
+    _refused_formats.update((*endpoint, refused_kind) for refused_kind, _ in refused)
+    content = (response.choices[0].message.content if response.choices else None) or ""
+    if kind == "prompt":  # a model may wrap its JSON in prose or a code fence
+        found = _OBJECT.search(content)
+        content = found.group(0) if found else content
+    return JSONAnswer(text=content, response_format=kind, refused=_said(refused), **_usage(response))

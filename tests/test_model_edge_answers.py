@@ -1,0 +1,142 @@
+"""What the loop takes for an answer: a reply reporting a tool's error is an answer, not an echo of
+the instruction (issue 23.6); a guardrail's refusal is the runtime's message to the model and never
+becomes the answer a person reads (issue 23.4). Through the loop, on the local OpenAI-compatible
+server with the real openai SDK, and on the offline demo model."""
+
+import json
+
+import pytest
+
+from feedback.agent.loop import execute_run
+from feedback.models import Run, Step, Task
+
+from .factories import make_run
+from .fake_openai import FakeOpenAI, call, completion
+from .test_strategy_lifecycle import make_strategy
+
+pytestmark = pytest.mark.django_db
+
+NO_SUCH_FILE = "No such file: 'release-notes.txt'. List the directory to see which files exist."
+PRECONDITION = [{"type": "tool_precondition", "tool": "read_text_file", "requires": "list_directory"}]
+
+
+@pytest.fixture
+def endpoint(settings):
+    with FakeOpenAI() as server:
+        settings.LLM_BACKEND = "openai"
+        settings.OPENAI_BASE_URL = server.base_url
+        settings.OPENAI_API_KEY = "test-key"
+        settings.LLM_MODEL = "test-model"
+        settings.LLM_BACKOFF_SECONDS = 0.01
+        settings.LLM_TIMEOUT_SECONDS = 5
+        yield server
+
+
+def summarise(workspace) -> Run:
+    run = make_run(text="Summarise release-notes.txt", kind=Task.Kind.FILE_ANALYSIS, workspace=workspace)
+    execute_run(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def error_classes(run: Run) -> list[str]:
+    return list(run.steps.filter(kind=Step.Kind.MODEL_ERROR).values_list("error_class", flat=True))
+
+
+def with_the_precondition() -> None:
+    strategy = make_strategy(status="active")
+    strategy.current_version.guardrails = PRECONDITION
+    strategy.current_version.save()
+
+
+# --- 23.6: an answer reporting a tool's error is no echo -------------------------------------------
+def test_the_readmes_failing_example_is_answered_without_an_echo(demo_workspace):
+    # The offline model misses docs/ and says it could not find the file, quoting the tool's error
+    # the reflection had quoted: that was flagged EchoedInstruction and asked for again.
+    run = summarise(demo_workspace)
+    assert run.status == Run.Status.SUCCEEDED
+    assert run.final_output == f"I could not find release-notes.txt: {NO_SUCH_FILE}"
+    assert error_classes(run) == []
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        f"I could not read release-notes.txt: {NO_SUCH_FILE}",  # the tool's error, as the reflection quoted it
+        "The workspace has no release-notes.txt, so there is nothing to summarise.",  # in its own words
+    ],
+)
+def test_a_reply_reporting_the_tool_error_is_the_answer(endpoint, demo_workspace, answer):
+    endpoint.script = [
+        completion(tool_calls=[call("read_text_file", {"path": "release-notes.txt"})]),
+        completion(answer),
+    ]
+    run = summarise(demo_workspace)
+    assert run.steps.filter(kind=Step.Kind.REFLECTION).exists()  # the error was quoted back to the model
+    assert (run.status, run.final_output, error_classes(run)) == (Run.Status.SUCCEEDED, answer, [])
+
+
+def test_a_reply_copying_the_instruction_is_still_an_echo(endpoint, demo_workspace):
+    endpoint.script = [
+        completion(tool_calls=[call("read_text_file", {"path": "release-notes.txt"})]),
+        completion("Re-plan: mark the failed plan step as failed with update_plan and choose another way."),
+        completion("There is no release-notes.txt in the workspace."),
+    ]
+    run = summarise(demo_workspace)
+    assert error_classes(run) == ["EchoedInstruction"]
+    assert run.final_output == "There is no release-notes.txt in the workspace."
+
+
+# --- 23.4: guardrail text never becomes a user's answer --------------------------------------------
+def test_an_answer_quoting_a_refusal_is_asked_for_again(endpoint, demo_workspace):
+    with_the_precondition()
+    refused = (
+        "Guardrail: call list_directory successfully before read_text_file (a rule learned from earlier failures)."
+    )
+    endpoint.script = [
+        completion(tool_calls=[call("read_text_file", {"path": "docs/release-notes.txt"})]),
+        completion(f"I could not find release-notes.txt: {refused}"),
+        completion(tool_calls=[call("list_directory", {"path": "docs"})]),
+        completion(tool_calls=[call("read_text_file", {"path": "docs/release-notes.txt"})]),
+        completion("The release notes announce version 2.0."),
+    ]
+    run = summarise(demo_workspace)
+    assert run.status == Run.Status.SUCCEEDED and run.final_output == "The release notes announce version 2.0."
+    assert error_classes(run) == ["QuotedRefusal"]
+    # The model saw the refusal marked as the runtime's rule, then was told not to quote it.
+    observation = json.loads(next(m for m in endpoint.requests[1]["messages"] if m["role"] == "tool")["content"])
+    assert observation["refused_by"] == "guardrail" and observation["error"] == refused
+    told = endpoint.requests[2]["messages"][-1]
+    assert told["role"] == "user" and "quoted a guardrail's refusal" in told["content"]
+
+
+def test_a_model_that_keeps_quoting_the_refusal_never_answers_with_it(endpoint, demo_workspace):
+    with_the_precondition()
+    endpoint.script = [completion(tool_calls=[call("read_text_file", {"path": "release-notes.txt"})])]
+    endpoint.responder = lambda body: completion("Sorry: Guardrail: call list_directory successfully first.")
+    run = summarise(demo_workspace)
+    assert run.status == Run.Status.FAILED and run.final_output == ""
+    assert run.error == "The model gave 3 unusable replies in a row."
+    assert error_classes(run) == ["QuotedRefusal"] * 3
+
+
+def test_an_answer_naming_what_was_refused_is_an_answer(endpoint, demo_workspace):
+    with_the_precondition()
+    answer = "I was not allowed to read release-notes.txt before listing the workspace, so I cannot summarise it."
+    endpoint.script = [
+        completion(tool_calls=[call("read_text_file", {"path": "release-notes.txt"})]),
+        completion(answer),
+    ]
+    run = summarise(demo_workspace)
+    assert (run.final_output, error_classes(run)) == (answer, [])
+
+
+def test_the_offline_model_never_answers_with_a_refusal(demo_workspace):
+    # Issue 23.4's example: "I could not find release-notes.txt: Guardrail: call list_directory
+    # successfully before read_text_file …" reached the answer.
+    with_the_precondition()
+    run = summarise(demo_workspace)
+    refusal = run.steps.filter(error_class="GuardrailRefused").first()
+    assert refusal is not None and refusal.error.startswith("Guardrail:")
+    assert run.status == Run.Status.SUCCEEDED and run.final_output.startswith("I could not find release-notes.txt")
+    assert "Guardrail" not in run.final_output and "successfully before" not in run.final_output
