@@ -94,10 +94,12 @@ def test_an_override_is_its_own_action_with_its_reason_marked_on_the_strategy(cl
     html = client.get(reverse("feedback-strategy-detail", args=[s.pk])).content.decode()
     assert 'id="strategy-override"' in html and "Promoted against the verdict" in html
     assert '<strong class="error">Promoted against the verdict (override)</strong>' in html
-    # From the form too, as its own action.
+    # From the form too, as its own action; the API says so on the strategy and in its audit log.
     other = _on_trial([0.9, 0.5, 0.7], [0.6, 0.8, 0.4])
     client.post(reverse("feedback-strategy-decide", args=[other.pk]), {"action": "promote_override", "reason": "x"})
     assert other.events.get().action == "promote_override"
+    read = call(client, "GET", f"/strategies/{s.pk}", token=token_for(reviewer)).json()
+    assert read["promoted_by_override"] is True and read["events"][0]["action"] == "promote_override"
 
 
 def test_no_override_promotes_a_harmful_trial_and_a_promoting_one_needs_none(reviewer):
