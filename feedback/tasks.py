@@ -92,9 +92,10 @@ def strategy_trials_check_task() -> None:
 
 @shared_task(ignore_result=True, soft_time_limit=900)
 def demo_loop_task(tasks_per_phase: int = 60, lock_token: str = "") -> None:
-    from django.core.cache import cache
+    from django.utils import timezone
 
     from feedback import locks
+    from feedback.strategies import demo_report
     from feedback.strategies.demo import run_demo_loop
 
     # The click that queued this loop holds the lock; a loop whose lock expired in the queue and
@@ -104,9 +105,9 @@ def demo_loop_task(tasks_per_phase: int = 60, lock_token: str = "") -> None:
         logger.warning("demo loop: its lock has passed to a later request; not running it twice")
         return
     try:
-        lines: list[str] = []
-        run_demo_loop(tasks_per_phase=tasks_per_phase, auto_approve=True, out=lines.append)
-        cache.set("demo-loop:last-report", "\n".join(lines), 7 * 24 * 3600)
+        started = timezone.now()
+        report = run_demo_loop(tasks_per_phase=tasks_per_phase, auto_approve=True, out=lambda line: None)
+        demo_report.keep(report, started=started)  # data: the page renders it in the reader's language
     finally:
         locks.job_lock_release(name=locks.DEMO_LOOP, token=lock_token)
 

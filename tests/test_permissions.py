@@ -39,6 +39,9 @@ ACCESS = [
     ("feedback-strategy-detail", "get", "strategy", [LOGIN, 403, 403, 200, 200]),
     ("feedback-strategy-decide", "post", "strategy", [LOGIN, 403, 403, 403, 302]),
     ("feedback-strategy-edit", "post", "strategy", [LOGIN, 403, 403, 403, 400]),
+    # One click from the harmful-active-strategy alert (refused with a message when there is no harm).
+    ("feedback-strategy-roll-back-harm", "post", "strategy", [LOGIN, 403, 403, 403, 302]),
+    ("feedback-strategies-demo-report", "get", None, [LOGIN, 403, 403, 200, 200]),
     ("feedback-strategies-mine", "post", None, [LOGIN, 403, 403, 403, 302]),
     ("feedback-strategies-schedule", "post", None, [LOGIN, 403, 403, 403, 302]),
     # The demo loop adds hundreds of runs: on the embedded default only, refused to everyone elsewhere.

@@ -24,9 +24,19 @@ def make_strategy(**fields) -> Strategy:
 
 @pytest.mark.django_db
 class TestTransitions:
-    def test_the_whole_happy_path_is_audited(self, reviewer):
+    def test_the_whole_happy_path_is_audited(self, reviewer, settings):
+        from feedback.models import AppliedStrategy
+
+        from .factories import make_run
+
+        settings.STRATEGY_TRIAL_MIN_SAMPLES = 10
         s = make_strategy()
         services.strategy_approve(strategy=s, reviewer=reviewer, reason="looks right", trial_fraction=0.3)
+        # The trial improves scores (promotion follows its verdict: tests/test_safe_promotion.py).
+        for arm, scores in (("treatment", [0.9, 0.85, 0.95] * 4), ("control", [0.5, 0.6, 0.55] * 4)):
+            for score in scores:
+                run = make_run(status="succeeded", score=score)
+                AppliedStrategy.objects.create(run=run, strategy_version=s.current_version, arm=arm)
         services.strategy_promote(strategy=s, reviewer=reviewer, reason="trial improved")
         services.strategy_roll_back(strategy=s, reviewer=reviewer, reason="no longer needed")
         s.refresh_from_db()
@@ -38,7 +48,7 @@ class TestTransitions:
             ("roll_back", "active", "rolled_back", "reviewer", "no longer needed"),
         ]
         trial = s.events.get(action="promote").snapshot["trial"]  # its figures at the decision
-        assert (trial["method"], trial["recommendation"], trial["treatment"]["n"]) == ("mSPRT", "collect_more", 0)
+        assert (trial["method"], trial["recommendation"], trial["treatment"]["n"]) == ("mSPRT", "promote", 12)
         assert s.events.get(action="approve").snapshot["new_guidance"] == "Use exact paths."
 
     @pytest.mark.parametrize(

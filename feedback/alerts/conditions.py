@@ -4,13 +4,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Greatest
 
 from feedback import metrics
 from feedback.metrics import Window
 from feedback.models import AlertRule, Run, Step, Strategy, Task, ToolConfirmation
-from feedback.strategies.trials import trial_stats
+from feedback.strategies.trials import error_steps, trial_stats
+from feedback.strategies.watch import watch_stats
 
 # Stuck runs named in an incident's figures (the count covers them all).
 STUCK_LISTED = 10
@@ -89,12 +90,12 @@ def check_score_drop(rule: AlertRule, now: datetime) -> list[Finding]:
 
 
 def _failed_run_rate(window: Window) -> dict:
-    """Of the window's finished runs (answered or failed), those with an error (metrics.run_had_error:
-    a refusal is none) or a failed status: the trials' error-rate counter-metric."""
+    """Of the window's finished runs (answered or failed), those with an error (the metrics' one
+    definition: a refusal is none) or a failed status: the trials' error-rate counter-metric."""
     row = (
         window.runs()
         .filter(status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED])
-        .annotate(had_error=metrics.run_had_error())
+        .annotate(had_error=Exists(error_steps(OuterRef("pk"))))
         .aggregate(runs=Count("id"), failing=Count("id", filter=Q(had_error=True) | Q(status=Run.Status.FAILED)))
     )
     return {"value": metrics.rate(row["failing"], row["runs"]), "runs": row["runs"], "failing": row["failing"]}
@@ -148,6 +149,23 @@ def check_harmful_trial(rule: AlertRule, now: datetime) -> list[Finding]:
         mismatch = {**base, "treatment": split.treatment, "control": split.control, "fraction": split.fraction,
                     "observed": split.observed, "p_value": split.p_value}  # fmt: skip
         findings.append(Finding(f"strategy-{strategy.pk}-split", split.mismatch if judged else None, mismatch))
+    return findings
+
+
+def check_harmful_active(rule: AlertRule, now: datetime) -> list[Finding]:
+    """Per active strategy, by its watch (strategies/watch.py): harm, when the runs it was applied
+    to since its promotion are significantly worse than its trial's before it (score, accomplished
+    rate, answers quoting a guardrail, guardrail refusals). Judged once ``min_runs`` runs had it
+    since its promotion."""
+    findings = []
+    for strategy in Strategy.objects.filter(status=Strategy.Status.ACTIVE).order_by("pk"):
+        watch = watch_stats(strategy)
+        figures = {
+            "strategy": strategy.pk, "title": strategy.title, "override": strategy.promoted_by_override,
+            "min_runs": rule.min_runs, **watch.as_json(),
+        }  # fmt: skip
+        judged = watch.runs >= rule.min_runs
+        findings.append(Finding(f"strategy-{strategy.pk}-active", watch.harmed if judged else None, figures))
     return findings
 
 
@@ -213,5 +231,6 @@ CHECKS: dict[str, Callable[[AlertRule, datetime], list[Finding]]] = {
     AlertRule.Kind.SCORE_DROP: check_score_drop,
     AlertRule.Kind.ERROR_RATE: check_error_rate,
     AlertRule.Kind.HARMFUL_TRIAL: check_harmful_trial,
+    AlertRule.Kind.HARMFUL_ACTIVE: check_harmful_active,
     AlertRule.Kind.STUCK_QUEUE: check_stuck_queue,
 }

@@ -52,7 +52,8 @@ def _gone(subject: str) -> dict:
     if subject.startswith("strategy-"):
         strategy = Strategy.objects.filter(pk=int(subject.split("-")[1])).values("pk", "title", "status").first()
         if strategy:
-            return {"reason": "not_on_trial", "strategy": strategy["pk"], "title": strategy["title"],
+            reason = "not_active" if subject.endswith("-active") else "not_on_trial"
+            return {"reason": reason, "strategy": strategy["pk"], "title": strategy["title"],
                     "status": strategy["status"]}  # fmt: skip
     return {"reason": "not_watched"}
 

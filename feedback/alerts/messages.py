@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy, ngettext
 
 from feedback.models import AlertDelivery, AlertIncident, AlertRule, Task
 from feedback.strategies.trials import GUARD_LABELS
+from feedback.strategies.watch import WATCHED
 
 
 def _score(value: float | None) -> str:
@@ -46,6 +47,8 @@ def subject_label(incident: AlertIncident) -> str:
         return _("%(strategy)s: harm") % {"strategy": _strategy_name(figures)}
     if subject.endswith("-split"):
         return _("%(strategy)s: split of runs") % {"strategy": _strategy_name(figures)}
+    if subject.endswith("-active"):
+        return _("%(strategy)s: harm since its promotion") % {"strategy": _strategy_name(figures)}
     return subject
 
 
@@ -96,6 +99,23 @@ def _trial_summary(subject: str, figures: dict) -> str:
     worse = [str(GUARD_LABELS[name]) for name in figures.get("worse_counter_metrics", []) if name in GUARD_LABELS]
     if worse:
         text += " " + _("Significantly worse in the treatment: %(metrics)s.") % {"metrics": ", ".join(worse)}
+    return text
+
+
+def _active_summary(figures: dict) -> str:
+    text = _("%(strategy)s: %(runs)s runs since its promotion against %(baseline)s of its trial.") % {
+        "strategy": _strategy_name(figures), "runs": figures.get("runs"), "baseline": figures.get("baseline_runs"),
+    }  # fmt: skip
+    worse = []
+    for name in figures.get("worse", []):
+        shown = (figures.get("figures") or {}).get(name, {})
+        label = WATCHED[name][0] if name in WATCHED else name
+        now, before = (_score((shown.get(side) or {}).get("mean")) for side in ("active", "baseline"))
+        worse.append(_("%(figure)s %(now)s against %(before)s") % {"figure": label, "now": now, "before": before})
+    if worse:
+        text += " " + _("Significantly worse: %(figures)s.") % {"figures": "; ".join(worse)}
+    if figures.get("override"):
+        text += " " + _("It was promoted against its verdict, by an override.")
     return text
 
 
@@ -150,11 +170,17 @@ def summary(incident: AlertIncident, *, resolved: bool = False) -> str:
         return _("%(strategy)s is no longer on trial (%(status)s).") % {
             "strategy": _strategy_name(figures), "status": figures.get("status"),
         }  # fmt: skip
+    if reason == "not_active":
+        return _("%(strategy)s is no longer active (%(status)s).") % {
+            "strategy": _strategy_name(figures), "status": figures.get("status"),
+        }  # fmt: skip
     if reason == "not_watched":
         return _("The rule no longer watches this subject.")
     kind = incident.rule.kind
     if kind == AlertRule.Kind.HARMFUL_TRIAL:
         return _trial_summary(incident.subject, figures)
+    if kind == AlertRule.Kind.HARMFUL_ACTIVE:
+        return _active_summary(figures)
     if kind == AlertRule.Kind.STUCK_QUEUE:
         return _stuck_summary(incident.subject, figures)
     return _rate_summary(kind, figures)
@@ -166,6 +192,12 @@ def rule_condition(rule: AlertRule) -> str:
         return _(
             "A strategy on trial whose treatment is significantly worse (scores or a counter-metric), or whose "
             "split of runs is mismatched; judged from %(runs)s assigned runs."
+        ) % {"runs": rule.min_runs}
+    if rule.kind == AlertRule.Kind.HARMFUL_ACTIVE:
+        return _(
+            "An active strategy whose runs since its promotion are significantly worse than its trial's before it "
+            "(score, accomplished rate, answers quoting a guardrail, guardrail refusals); judged from %(runs)s runs "
+            "since the promotion."
         ) % {"runs": rule.min_runs}
     if rule.kind == AlertRule.Kind.STUCK_QUEUE:
         waits = [
@@ -190,7 +222,7 @@ def rule_condition(rule: AlertRule) -> str:
 def dashboard_path(incident: AlertIncident) -> str:
     """The page to look at for this incident."""
     subject, kind = incident.subject, incident.rule.kind
-    if kind == AlertRule.Kind.HARMFUL_TRIAL:
+    if kind in (AlertRule.Kind.HARMFUL_TRIAL, AlertRule.Kind.HARMFUL_ACTIVE):
         return reverse("feedback-strategy-detail", args=[incident.figures["strategy"]])
     if subject == "awaiting_confirmation":
         return reverse("feedback-confirmation-list")

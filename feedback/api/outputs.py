@@ -216,6 +216,8 @@ class StrategyOut(Out):
     confidence: float
     trial_fraction: float
     trial_started_at: datetime | None
+    promoted_at: datetime | None = Field(description="When it became active (its watch starts there)")
+    promoted_by_override: bool = Field(description="Promoted against its verdict, by a reviewer's explicit override")
     created_at: datetime
     updated_at: datetime
     version: int | None = nullable_path_field("current_version", "number", description="The current version's number")

@@ -60,7 +60,7 @@ class ScoreIn(Body):
 
 
 class DecisionIn(Body):
-    action: Literal["approve", "reject", "promote", "roll_back"]
+    action: Literal["approve", "reject", "promote", "promote_override", "roll_back"]
     reason: Text = Field(max_length=2000, description="Why: every decision needs one (it goes into the audit log)")
     trial_fraction: Annotated[float, Strict()] | None = Field(
         None, ge=0.05, le=0.95, description="On approve: the share of matching runs given the strategy"

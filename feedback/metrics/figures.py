@@ -170,13 +170,19 @@ def strategy_effectiveness(window: Window) -> dict:
     """**Strategy effectiveness ratio**: strategies that finished their trial in the window with
     a measured improvement (the always-valid 95% interval of treatment minus control above zero,
     recorded with the decision; see strategies/trials.py) / all strategies that finished a trial
-    in the window (promoted, rolled back by a reviewer, or rolled back automatically)."""
+    in the window (promoted, by the verdict or against it, rolled back by a reviewer, or rolled back
+    automatically)."""
 
     finished = StrategyEvent.objects.filter(
         created_at__gte=window.since,
         created_at__lt=window.until,
         from_status="trial",
-        action__in=[StrategyEvent.Action.PROMOTE, StrategyEvent.Action.ROLL_BACK, StrategyEvent.Action.AUTO_ROLL_BACK],
+        action__in=[
+            StrategyEvent.Action.PROMOTE,
+            StrategyEvent.Action.PROMOTE_OVERRIDE,
+            StrategyEvent.Action.ROLL_BACK,
+            StrategyEvent.Action.AUTO_ROLL_BACK,
+        ],
     )
     row = finished.aggregate(finished=Count("id"), improved=Count("id", filter=Q(snapshot__trial__improved=True)))
     return {**row, "ratio": rate(row["improved"], row["finished"])}

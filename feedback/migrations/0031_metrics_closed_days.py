@@ -13,7 +13,7 @@ def empty_the_daily_tables(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("feedback", "0030_idempotency_keys"),
+        ("feedback", "0035_safe_promotion"),
     ]
 
     operations = [

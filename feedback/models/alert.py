@@ -23,6 +23,7 @@ class AlertRule(models.Model):
         SCORE_DROP = "score_drop", _("Score drop")
         ERROR_RATE = "error_rate", _("Error-rate rise")
         HARMFUL_TRIAL = "harmful_trial", _("Harmful trial")
+        HARMFUL_ACTIVE = "harmful_active", _("Harmful active strategy")
         STUCK_QUEUE = "stuck_queue", _("Stuck queue")
 
     class ErrorMeasure(models.TextChoices):

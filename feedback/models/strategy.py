@@ -53,6 +53,10 @@ class Strategy(models.Model):
     )
     trial_fraction = models.FloatField(default=0.5)
     trial_started_at = models.DateTimeField(null=True, blank=True)
+    # When it became active (its watch compares the runs since with its trial's), and whether that
+    # was against the verdict, by a reviewer's explicit override (the audit event says why).
+    promoted_at = models.DateTimeField(null=True, blank=True)
+    promoted_by_override = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -148,6 +152,7 @@ class StrategyEvent(models.Model):
         APPROVE = "approve", _("Approved for trial")
         REJECT = "reject", _("Rejected")
         PROMOTE = "promote", _("Promoted")
+        PROMOTE_OVERRIDE = "promote_override", _("Promoted against the verdict (override)")
         ROLL_BACK = "roll_back", _("Rolled back")
         AUTO_ROLL_BACK = "auto_roll_back", _("Rolled back automatically")
 

@@ -4,8 +4,12 @@ strategy loop, with the figures that matter.
 Honest by construction: the offline model knows nothing about strategies. Whatever improves
 has to come from mechanisms that work with any model: guardrails the engine enforces, worked
 examples, re-planning. Runs execute in this process (no broker needed); the strategy decisions
-a reviewer would take are taken by the explicit, demo-only ``auto_approve`` rule: promote what
-the trial says improved, roll back the rest.
+a reviewer would take are taken by the explicit, demo-only ``auto_approve`` rule, and only as the
+tests say: promote what its trial's test says to promote, roll back what its test says has no
+effect worth having (or, automatically, what it says does harm), and report a trial still
+undecided when the run cap is reached as "undecided after N runs", left on trial - never rolled
+back as if by a result. Every phase says which strategies were live in it (applied, or withheld
+in a trial's control arm), from the runs' own records.
 """
 
 import random
@@ -30,6 +34,7 @@ from feedback.evaluation.chain import evaluate_run
 from feedback.evaluation.evaluators import numbers_in, refusal_in
 from feedback.models import Run, Strategy, Task, Workspace
 
+from . import demo_report
 from .conditions import matches
 from .hindsight import evidence_hindsight, tally
 from .proposals import mine_and_propose
@@ -167,56 +172,101 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
                   out: Callable[[str], None] = print, progress: bool = False,
                   trial_batch: int | None = None, trial_limit: int | None = None,
                   trial_strategies: int | None = None) -> dict:  # fmt: skip
+    """The loop end to end; returns its report (demo_report.py: data, shown by a template)."""
     rng = random.Random(seed)
     workspace = seed_workspace()
     user = get_user_model().objects.filter(username="staff").first()
-    out(f"Model: {describe_backend()}")
-    out(f"Phase 1: {tasks_per_phase} tasks with no live strategy...")
+    report = {"model": describe_backend(), "tasks_per_phase": tasks_per_phase, "seed": seed,
+              "live_at_start": demo_report.live_now(), "phases": {}, "figures": {}, "proposed": [],
+              "experiment": None, "decisions": [], "auto_approve": auto_approve}  # fmt: skip
+    out(f"Model: {report['model']}")
+    out(f"Phase 1: {tasks_per_phase} tasks, the baseline ({_live_line(report['live_at_start'])} at its start)...")
     each = out if progress else None
     before = run_phase("before", workload(rng, tasks_per_phase, workspace), user, workspace, each)
+    _record_phase(report, before, out)
 
     proposed = mine_and_propose(window_days=settings.STRATEGY_MINING_WINDOW_DAYS)
+    report["proposed"] = [{"strategy": s.pk, "title": s.title, "pattern_kind": s.pattern_kind, "support": s.support,
+                           "guardrails": len(s.current_version.guardrails)} for s in proposed]  # fmt: skip
     out(f"Mining proposed or reinforced {len(proposed)} strateg(ies):")
-    for s in proposed:
-        guardrails = len(s.current_version.guardrails)
-        out(f"  #{s.pk} [{s.pattern_kind}] {s.title} (support {s.support}, guardrails {guardrails})")
+    for row in report["proposed"]:
+        out(f"  #{row['strategy']} [{row['pattern_kind']}] {row['title']} (support {row['support']}, "
+            f"guardrails {row['guardrails']})")  # fmt: skip
     if not auto_approve:
         out("Stopping here: approve strategies in the browser (or pass --auto-approve, demo only).")
-        return {"before": before.figures(), "proposed": [s.pk for s in proposed]}
+        return report
 
     reviewer = _demo_reviewer()
     chosen = reviewers_pick(list(Strategy.objects.filter(status=Strategy.Status.PROPOSED).order_by("pk")))
-    for s in chosen[:trial_strategies] if trial_strategies else chosen:
+    chosen = _experiment_stage(chosen[:trial_strategies] if trial_strategies else chosen, report, out)
+    for s in chosen:
         strategy_approve(strategy=s, reviewer=reviewer, reason="demo-loop --auto-approve", trial_fraction=0.5)
     out("Phase 2: the proposals on trial, in batches until every trial is decided...")
     batch, limit = trial_batch or max(20, tasks_per_phase // 3), trial_limit or 8 * tasks_per_phase
-    trial, rolled = _trial_phase(rng, batch, limit, user, workspace, each)
-    out(f"  {trial.runs} trial runs")
+    trial, rolled = _trial_phase(rng, [s.pk for s in chosen], batch, limit, user, workspace, each)
+    _record_phase(report, trial, out)
+    report["trial_limit"] = limit
+    report["decisions"] = _end_trials([s.pk for s in chosen], rolled, reviewer)
+    out("Trial decisions:\n" + "\n".join(map(demo_report.decision_text, report["decisions"])
+                                          or ["  (none on trial)"]))  # fmt: skip
+
+    out(f"Phase 3: {tasks_per_phase} tasks after the decisions ({_live_line(demo_report.live_now())})...")
+    after = run_phase("after", workload(rng, tasks_per_phase, workspace), user, workspace, each)
+    _record_phase(report, after, out)
+    out(demo_report.format_figures(report["figures"]))
+    return report
+
+
+def _live_line(live: list[dict]) -> str:
+    if not live:
+        return "no live strategy"
+    return "live: " + ", ".join(f"#{row['strategy']} ({row['status']})" for row in live)
+
+
+def _record_phase(report: dict, phase: "Phase", out: Callable[[str], None]) -> None:
+    live = demo_report.live_in(phase.run_ids)
+    report["phases"][phase.name] = {"runs": phase.runs, "live": live}
+    report["figures"][phase.name] = phase.figures()
+    out(f"  {phase.runs} {phase.name} runs; strategies live in them: {demo_report.live_text(live)}")
+
+
+def _experiment_stage(proposals: list[Strategy], report: dict, out: Callable[[str], None]) -> list[Strategy]:
+    """proposed -> experiment -> trial: the seam for issue 23.2's paired experiments (wt-datasets,
+    not on this branch). When they are merged, each proposal runs here against a dataset built
+    from its evidence, and only those whose experiment says so go on to trial. Until then every
+    proposal goes straight to trial, and the report says so."""
+    report["experiment"] = {"available": False, "strategies": [s.pk for s in proposals]}
+    out("Experiment stage: not available in this version; the proposals go straight to trial.")
+    return proposals
+
+
+def _end_trials(trialled: list[int], rolled: list[int], reviewer) -> list[dict]:
+    """Each trial of this loop ended by its test's verdict, or reported undecided (module docstring)."""
     decisions = []
-    for s in Strategy.objects.filter(status=Strategy.Status.TRIAL):
+    for s in Strategy.objects.filter(pk__in=trialled).order_by("pk"):
         stats = trial_stats(s)
         summary = f"n={stats.treatment.n}/{stats.control.n}, difference {stats.difference or 0:+.3f}"
-        if stats.recommendation == "promote":
-            strategy_promote(strategy=s, reviewer=reviewer, reason=f"demo-loop: improved ({summary})")
-            decisions.append(f"  promoted     #{s.pk} {s.title} ({summary})")
+        if s.pk in rolled:
+            end = "auto_rolled_back"
+        elif s.status != Strategy.Status.TRIAL:
+            continue  # decided by someone else meanwhile
+        elif stats.recommendation == "promote":
+            strategy_promote(strategy=s, reviewer=reviewer, reason=f"demo-loop: the trial says promote ({summary})")
+            end = "promoted"
+        elif stats.recommendation in ("no_effect", "roll_back"):
+            verdict = stats.recommendation.replace("_", " ")
+            strategy_roll_back(strategy=s, reviewer=reviewer, reason=f"demo-loop: the trial says {verdict} ({summary})")
+            end = "rolled_back"
         else:
-            strategy_roll_back(strategy=s, reviewer=reviewer,
-                               reason=f"demo-loop: {stats.recommendation.replace('_', ' ')} ({summary})")  # fmt: skip
-            decisions.append(f"  rolled back  #{s.pk} {s.title} ({stats.recommendation}; {summary})")
-    decisions += [f"  auto-rolled back #{pk} (significant harm)" for pk in rolled]
-    out("Trial decisions:\n" + "\n".join(decisions or ["  (none on trial)"]))
-
-    out(f"Phase 3: {tasks_per_phase} tasks with the promoted strategies active...")
-    after = run_phase("after", workload(rng, tasks_per_phase, workspace), user, workspace, each)
-    figures = {"before": before.figures(), "trial": trial.figures(), "after": after.figures()}
-    out(format_figures(figures))
-    return figures
+            end = "undecided"  # collecting more, blocked or a mismatched split: not a result
+        decisions.append(demo_report.decision(s, stats, end))
+    return decisions
 
 
-def _trial_phase(rng: random.Random, batch: int, limit: int, user, workspace: Workspace,
+def _trial_phase(rng: random.Random, trialled: list[int], batch: int, limit: int, user, workspace: Workspace,
                  out: Callable[[str], None] | None) -> tuple[Phase, list[int]]:  # fmt: skip
-    """Like a patient reviewer: keep collecting runs while a trial's recommendation is "collect
-    more" (the always-valid test lets it look after every batch), up to ``limit`` runs."""
+    """Like a patient reviewer: keep collecting runs while one of ``trialled``'s recommendation
+    is "collect more" (the always-valid test lets it look after every batch), up to ``limit`` runs."""
     total = Phase("trial", timezone.now(), timezone.now(), 0)
     rolled: list[int] = []
     while total.runs < limit:
@@ -231,7 +281,7 @@ def _trial_phase(rng: random.Random, batch: int, limit: int, user, workspace: Wo
         total.run_ids += phase.run_ids
         rolled += check_trials()
         undecided = [
-            s for s in Strategy.objects.filter(status=Strategy.Status.TRIAL)
+            s for s in Strategy.objects.filter(pk__in=trialled, status=Strategy.Status.TRIAL)
             if trial_stats(s).recommendation == "collect_more"
         ]  # fmt: skip
         if not undecided:
@@ -268,15 +318,3 @@ def _trial_workload(rng: random.Random, n: int, workspace: Workspace) -> list[tu
         if len(items) >= n:
             break
     return items[:n]
-
-
-def format_figures(figures: dict) -> str:
-    names = list(figures)
-    rows = [f"{'':<26}" + "".join(f"{n:>12}" for n in names)]
-    for key in figures[names[0]]:
-        cells = []
-        for n in names:
-            value = figures[n][key]
-            cells.append("—" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value)))
-        rows.append(f"{key:<26}" + "".join(f"{c:>12}" for c in cells))
-    return "\n".join(rows)

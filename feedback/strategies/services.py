@@ -4,14 +4,17 @@ proposed --approve--> trial --promote--> active --roll back--> rolled_back
     \\--reject--> rejected      \\--roll back (a reviewer, or automatically on significant harm)
 
 Each function locks the strategy row, checks the transition against Strategy.TRANSITIONS, and
-writes one audit event with the content at that moment. Two reviewers acting at once are
-serialised by the lock: the second sees the first one's result. Every decision needs a reason.
+writes one audit event with the content at that moment and the figures it was decided on (the
+trial's, and for an active strategy its watch since promotion), frozen. Two reviewers acting at
+once are serialised by the lock: the second sees the first one's result. Every decision needs a
+reason.
 
-Promotion is refused while a counter-metric of the trial is significantly worse or its split of
-runs is mismatched (trials.py): there is no override. A block by a real worsening lasts, which
-is the point; a false one (at most 5% of trials per counter-metric, by the always-valid test)
-fades as runs accumulate, since the interval is recomputed at every look. An override would
-bring back the judging-by-eye the sequential test replaces.
+**Safe promotion** (verdicts.py): ``strategy_promote`` promotes only when the verdict says
+"promote". Against any other verdict a reviewer may promote only by ``strategy_promote_override``,
+a distinct action with its own reason, recorded as such in the audit (``promote_override``) and
+on the strategy (``promoted_by_override``); never against a verdict of significant harm. A block
+by a counter-metric or a mismatched split is a verdict against promotion like any other: a real
+worsening keeps blocking, and overriding it is a person's explicit, recorded choice.
 """
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -27,9 +30,11 @@ from feedback.storable import unstorable
 from .conditions import check_condition
 from .injection import strategies_changed
 from .trials import trial_stats
+from .verdicts import promotion_verdict
+from .watch import watch_stats
 
-_PAST = {"approve": "approved", "reject": "rejected", "promote": "promoted", "roll_back": "rolled back",
-         "auto_roll_back": "rolled back"}  # fmt: skip
+_PAST = {"approve": "approved", "reject": "rejected", "promote": "promoted", "promote_override": "promoted",
+         "roll_back": "rolled back", "auto_roll_back": "rolled back"}  # fmt: skip
 
 
 class IllegalTransition(Exception):
@@ -46,9 +51,13 @@ def _require_reason(reason: str) -> None:
         raise ValidationError(_("Say why: every decision on a strategy needs a reason."))
 
 
-def _trial_record(strategy: Strategy) -> dict:
-    """The trial's figures at the moment of a decision, for its audit event."""
-    return trial_stats(strategy).as_json() if strategy.trial_started_at else {}
+def _record(strategy: Strategy) -> dict:
+    """The figures at the moment of a decision, for its audit event: the trial's, and an active
+    strategy's watch since its promotion."""
+    record = {"trial": trial_stats(strategy).as_json() if strategy.trial_started_at else {}}
+    if strategy.status == Strategy.Status.ACTIVE:
+        record["watch"] = watch_stats(strategy).as_json()
+    return record
 
 
 def _log(strategy: Strategy, action: str, actor, reason: str, from_status: str, **extra) -> StrategyEvent:
@@ -81,7 +90,10 @@ def _transition(strategy_id: int, to: str, action: str, actor, reason: str, chec
         strategy.status = to
         if to == Strategy.Status.TRIAL:
             strategy.trial_started_at = timezone.now()
-        strategy.save(update_fields=["status", "trial_started_at", "updated_at"])
+        if to == Strategy.Status.ACTIVE:
+            strategy.promoted_at = timezone.now()
+            strategy.promoted_by_override = action == StrategyEvent.Action.PROMOTE_OVERRIDE
+        strategy.save(update_fields=["status", "trial_started_at", "promoted_at", "promoted_by_override", "updated_at"])
         _log(strategy, action, actor, reason, before, **extra)
     return strategy
 
@@ -106,27 +118,63 @@ def strategy_reject(*, strategy: Strategy, reviewer: AbstractBaseUser, reason: s
     return _transition(strategy.pk, Strategy.Status.REJECTED, StrategyEvent.Action.REJECT, reviewer, reason)
 
 
-def strategy_promote(*, strategy: Strategy, reviewer: AbstractBaseUser, reason: str) -> Strategy:
-    """Make a trial strategy active for every matching run. Needs a person, always, and a trial
-    that no counter-metric or split mismatch blocks; the trial's figures go into the audit."""
+def _require_promoter(reviewer: AbstractBaseUser | None, reason: str) -> None:
     if reviewer is None:
         raise PermissionDenied("Promotion needs a reviewer.")
     _require(reviewer)
     _require_reason(reason)
 
-    def unblocked(locked: Strategy) -> dict:
-        stats = trial_stats(locked)
-        if stats.blockers:
-            raise ValidationError(_("Promotion is blocked: %(reasons)s.") % {"reasons": "; ".join(stats.blockers)})
-        return {"trial": stats.as_json()}
 
-    return _transition(strategy.pk, Strategy.Status.ACTIVE, StrategyEvent.Action.PROMOTE, reviewer, reason, unblocked)
+def strategy_promote(*, strategy: Strategy, reviewer: AbstractBaseUser, reason: str) -> Strategy:
+    """Make a trial strategy active for every matching run. Needs a person, always, and a verdict
+    that says "promote"; the figures it was decided on go into the audit."""
+    _require_promoter(reviewer, reason)
+
+    def promoted_by_verdict(locked: Strategy) -> dict:
+        verdict = promotion_verdict(locked)
+        if verdict.blockers:
+            raise ValidationError(_("Promotion is blocked: %(reasons)s.") % {"reasons": "; ".join(verdict.blockers)})
+        if not verdict.promotes:
+            raise ValidationError(
+                _("The %(source)s says “%(verdict)s”, not “promote”: promote against it only by an explicit "
+                  "override, with its reason.") % {"source": _source(verdict.source), "verdict": verdict.label}
+            )  # fmt: skip
+        return {"trial": verdict.figures, "verdict": verdict.as_json()}
+
+    return _transition(
+        strategy.pk, Strategy.Status.ACTIVE, StrategyEvent.Action.PROMOTE, reviewer, reason, promoted_by_verdict
+    )
+
+
+def strategy_promote_override(*, strategy: Strategy, reviewer: AbstractBaseUser, reason: str) -> Strategy:
+    """Promote against the verdict: a reviewer's explicit choice, with its reason, marked as an
+    override in the audit and on the strategy. Refused where the verdict says promote (that is an
+    ordinary promotion) and where it says the strategy does significant harm."""
+    _require_promoter(reviewer, reason)
+
+    def overridden(locked: Strategy) -> dict:
+        verdict = promotion_verdict(locked)
+        if verdict.promotes:
+            raise ValidationError(_("The verdict says “promote”: promote it without an override."))
+        if verdict.harmful:
+            shows = _("The %(source)s shows significant harm: no override promotes it.")
+            raise ValidationError(shows % {"source": _source(verdict.source)})
+        return {"trial": verdict.figures, "verdict": verdict.as_json(), "override": True}
+
+    return _transition(
+        strategy.pk, Strategy.Status.ACTIVE, StrategyEvent.Action.PROMOTE_OVERRIDE, reviewer, reason, overridden
+    )
+
+
+def _source(source: str) -> str:
+    return {"trial": _("trial"), "experiment": _("experiment")}.get(source, _("absence of any test"))
 
 
 def strategy_roll_back(
     *, strategy: Strategy, reviewer: AbstractBaseUser | None, reason: str, automatic: bool = False,
     trial: dict | None = None,
 ) -> Strategy:  # fmt: skip
+    """``trial``: the figures the automatic roll-back was decided on (else they are read now)."""
     if not automatic:
         _require(reviewer)
         if reviewer is None:
@@ -135,21 +183,48 @@ def strategy_roll_back(
     action = StrategyEvent.Action.AUTO_ROLL_BACK if automatic else StrategyEvent.Action.ROLL_BACK
     if trial is not None:
         return _transition(strategy.pk, Strategy.Status.ROLLED_BACK, action, reviewer, reason, trial=trial)
-    return _transition(
-        strategy.pk, Strategy.Status.ROLLED_BACK, action, reviewer, reason, lambda s: {"trial": _trial_record(s)}
-    )
+    return _transition(strategy.pk, Strategy.Status.ROLLED_BACK, action, reviewer, reason, _record)
+
+
+def strategy_roll_back_harmful(*, strategy: Strategy, reviewer: AbstractBaseUser) -> Strategy:
+    """Roll back an active strategy that its watch shows to do harm (the one click of the
+    harmful-active-strategy alert), with what is worse as the reason and the watch's figures in
+    the audit. Refused when the watch shows no harm now: then a reviewer says why in words."""
+    _require(reviewer)
+    if reviewer is None:
+        raise PermissionDenied
+    with transaction.atomic():
+        locked = Strategy.objects.select_for_update().get(pk=strategy.pk)
+        if locked.status == Strategy.Status.TRIAL:
+            raise IllegalTransition("A strategy on trial is rolled back by its trial's verdict or with a reason.")
+        reason = "harm"
+        if locked.status == Strategy.Status.ACTIVE:
+            watch = watch_stats(locked)
+            if not watch.harmed:
+                raise ValidationError(
+                    _("Its watch shows no harm now: roll it back with a reason of your own (the decision form).")
+                )
+            reason = _(
+                "Rolled back for harm since its promotion: %(worse)s significantly worse than before it "
+                "(%(runs)s runs since, against %(baseline)s runs of its trial)."
+            ) % {"worse": ", ".join(f.label for f in watch.figures if f.worse), "runs": watch.runs,
+                 "baseline": watch.baseline_runs}  # fmt: skip
+        return _transition(strategy.pk, Strategy.Status.ROLLED_BACK, StrategyEvent.Action.ROLL_BACK, reviewer,
+                           reason, _record)  # fmt: skip
 
 
 def strategy_decide(
     *, strategy: Strategy, reviewer: AbstractBaseUser, action: str, reason: str, trial_fraction: float | None = None
 ) -> Strategy:
-    """One of the reviewer's four decisions by name (the review page's form and the API)."""
+    """One of the reviewer's decisions by name (the review page's form and the API)."""
     if action == "approve":
         return strategy_approve(strategy=strategy, reviewer=reviewer, reason=reason, trial_fraction=trial_fraction)
     if action == "reject":
         return strategy_reject(strategy=strategy, reviewer=reviewer, reason=reason)
     if action == "promote":
         return strategy_promote(strategy=strategy, reviewer=reviewer, reason=reason)
+    if action == "promote_override":
+        return strategy_promote_override(strategy=strategy, reviewer=reviewer, reason=reason)
     if action == "roll_back":
         return strategy_roll_back(strategy=strategy, reviewer=reviewer, reason=reason)
     raise ValueError(f"Unknown decision {action!r}.")

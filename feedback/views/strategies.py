@@ -17,12 +17,18 @@ from kombu.exceptions import OperationalError as BrokerError
 from feedback import locks, queue, selectors
 from feedback.agent.guardrails import check_guardrails
 from feedback.forms import MiningScheduleForm, StrategyDecisionForm, StrategyEditForm
-from feedback.models import Strategy, StrategyVersion
+from feedback.models import Strategy, StrategyEvent, StrategyVersion
 from feedback.strategies import hindsight, schedule, services
 from feedback.strategies.conditions import check_condition
+from feedback.strategies.demo_report import DEMO_REPORT_KEY, figure_rows
 from feedback.strategies.trials import trial_stats
+from feedback.strategies.verdicts import promotion_verdict
+from feedback.strategies.watch import watch_stats
 
-DEMO_REPORT_KEY = "demo-loop:last-report"
+DECIDED_ON_FIGURES = (
+    StrategyEvent.Action.PROMOTE, StrategyEvent.Action.PROMOTE_OVERRIDE, StrategyEvent.Action.ROLL_BACK,
+    StrategyEvent.Action.AUTO_ROLL_BACK,
+)  # fmt: skip
 
 
 def _require_decider(request: HttpRequest) -> None:
@@ -46,11 +52,21 @@ def strategy_list(request: HttpRequest) -> HttpResponse:
     return render(request, "feedback/strategy_list.html", context)
 
 
+@permission_required("feedback.view_strategy", raise_exception=True)
+def strategies_demo_report(request: HttpRequest) -> HttpResponse:
+    """The last demo loop's report: what was live in each phase, every trial's end, the figures."""
+    report = cache.get(DEMO_REPORT_KEY)
+    if report:
+        report = {**report, "figure_rows": figure_rows(report.get("figures") or {})}
+    return render(request, "feedback/demo_loop_report.html", {"report": report})
+
+
 def _detail_context(strategy: Strategy, *, edit_form: StrategyEditForm | None) -> dict:
     """What the review page shows; ``edit_form`` is None where the strategy cannot be edited."""
     evidence = hindsight.evidence_hindsight(
         strategy, list(strategy.evidence.select_related("task__workspace").order_by("-pk")[:50])
     )
+    trial = trial_stats(strategy) if strategy.trial_started_at else None
     return {
         "strategy": strategy,
         "version": strategy.current_version,
@@ -59,12 +75,22 @@ def _detail_context(strategy: Strategy, *, edit_form: StrategyEditForm | None) -
         "evidence": evidence,
         "hindsight": hindsight.tally(evidence),
         "diff": selectors.strategy_prompt_diff(strategy),
-        "trial": trial_stats(strategy) if strategy.trial_started_at else None,
+        "trial": trial,
+        # What promoting now would follow, and the last decision's frozen figures beside the live ones.
+        "verdict": promotion_verdict(strategy, stats=trial) if strategy.status == Strategy.Status.TRIAL else None,
+        "decided": _last_decision(strategy),
+        "watch": watch_stats(strategy) if strategy.status == Strategy.Status.ACTIVE else None,
         "decision_form": StrategyDecisionForm(initial={"trial_fraction": strategy.trial_fraction}),
         "edit_form": edit_form,
         # A regex saved before RE2 checked it (feedback/saferegex.py) may not run: say so here.
         "unusable": _unusable(strategy.current_version),
     }
+
+
+def _last_decision(strategy: Strategy) -> StrategyEvent | None:
+    """The latest decision taken on the trial's figures (they are frozen in its audit event)."""
+    decisions = strategy.events.filter(action__in=DECIDED_ON_FIGURES).select_related("actor")
+    return next((e for e in decisions.order_by("-created_at", "-id") if e.snapshot.get("trial")), None)
 
 
 def _unusable(version: StrategyVersion | None) -> list[str]:
@@ -107,6 +133,23 @@ def strategy_decide(request: HttpRequest, strategy_id: int) -> HttpResponse:
         strategy.refresh_from_db()
         messages.success(request, _("Strategy #%(id)s is now %(status)s.") % {
             "id": strategy.pk, "status": strategy.get_status_display().lower()})  # fmt: skip
+    return redirect("feedback-strategy-detail", strategy_id=strategy.pk)
+
+
+@require_POST
+def strategy_roll_back_harm(request: HttpRequest, strategy_id: int) -> HttpResponse:
+    """One click from the harmful-active-strategy alert or the strategy page: roll back an active
+    strategy its watch shows to do harm, with the figures as the reason."""
+    _require_decider(request)
+    strategy = selectors.strategy_detail(strategy_id)
+    try:
+        services.strategy_roll_back_harmful(strategy=strategy, reviewer=request.user)
+    except services.IllegalTransition as exc:
+        messages.warning(request, str(exc))
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, _("Strategy #%(id)s is rolled back.") % {"id": strategy.pk})
     return redirect("feedback-strategy-detail", strategy_id=strategy.pk)
 
 

@@ -1,0 +1,70 @@
+"""The verdict a promotion follows: the trial's, or the paired experiment's before a trial.
+
+Safe promotion (issue 23.4): a strategy is promoted only when the verdict of the test it is in
+says "promote"; anything else needs the reviewer's explicit override, a distinct, audited action.
+The verdict is the latest stage's: once a strategy has gone to trial, its trial's (live traffic,
+the later and stronger evidence; an experiment's "promote" does not outvote a trial still
+collecting runs); before that, its paired experiment's.
+"""
+
+from dataclasses import dataclass, field
+
+from django.utils.translation import gettext_lazy as _
+
+from feedback.models import Strategy
+
+from .trials import TrialStats, trial_stats
+
+# The trial's recommendations, in words (the same words as the trial page).
+RECOMMENDATIONS = {
+    "promote": _("promote"),
+    "blocked": _("better, but promotion is blocked"),
+    "roll_back": _("roll back: significantly worse"),
+    "no_effect": _("no effect worth having"),
+    "check_split": _("none: the split of runs is mismatched"),
+    "collect_more": _("collect more runs"),
+    "no_verdict": _("no test has run"),
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a test says of a strategy: its ``source`` ("trial", "experiment" or "none"), its
+    recommendation (RECOMMENDATIONS' keys), the reasons promotion is blocked and the figures."""
+
+    source: str
+    recommendation: str
+    blockers: tuple[str, ...] = ()
+    figures: dict = field(default_factory=dict)
+
+    @property
+    def promotes(self) -> bool:
+        return self.recommendation == "promote"
+
+    @property
+    def harmful(self) -> bool:
+        """Significantly worse: no override promotes that."""
+        return self.recommendation == "roll_back"
+
+    @property
+    def label(self) -> str:
+        return str(RECOMMENDATIONS.get(self.recommendation, self.recommendation))
+
+    def as_json(self) -> dict:
+        return {"source": self.source, "recommendation": self.recommendation, "blockers": list(self.blockers)}
+
+
+def experiment_verdict(strategy: Strategy) -> Verdict | None:
+    """The seam to the paired experiments of issue 23.2 (wt-datasets, not on this branch): their
+    ``experiment_verdict(strategy)`` goes here, its recommendation mapped to the keys above.
+    Until it is merged no strategy has an experiment, so there is no experiment verdict."""
+    return None
+
+
+def promotion_verdict(strategy: Strategy, *, stats: TrialStats | None = None) -> Verdict:
+    """The verdict promoting ``strategy`` now would follow (module docstring); ``stats``: its
+    trial's statistics when the caller has them already."""
+    if strategy.status == Strategy.Status.TRIAL or strategy.trial_started_at:
+        stats = stats or trial_stats(strategy)
+        return Verdict("trial", stats.recommendation, stats.blockers, stats.as_json())
+    return experiment_verdict(strategy) or Verdict("none", "no_verdict")
