@@ -4,7 +4,7 @@ evaluation's verdict on it, and the rollups' accomplished and judged counts.
 Runs recorded before this have no verdicts to decide from: the ones that ended without an
 answer (failed, cancelled) are not accomplished by the outcome rule itself (chain.py,
 ``run_outcome``, rule 2); the others stay unknown until they are evaluated again. The rollups of
-the runs already recorded were recounted here; 0031_metrics_closed_days empties the daily tables
+the runs already recorded were recounted here; the metrics_closed_days migration empties the daily tables
 for beat to rebuild them from the rows, so nothing is counted here any more (the command, run
 against the models of today, would not find this migration's schema).
 """
@@ -18,7 +18,7 @@ def outcome_of_runs_without_an_answer(apps, schema_editor) -> None:
 
 
 def count_existing_runs(apps, schema_editor) -> None:
-    """Counted by the rebuild that follows 0031_metrics_closed_days."""
+    """Counted by the rebuild that follows the metrics_closed_days migration."""
 
 
 class Migration(migrations.Migration):

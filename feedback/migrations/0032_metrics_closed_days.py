@@ -13,7 +13,7 @@ def empty_the_daily_tables(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("feedback", "0035_safe_promotion"),
+        ("feedback", "0031_safe_promotion"),
     ]
 
     operations = [
