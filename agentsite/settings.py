@@ -285,8 +285,8 @@ CELERY_BEAT_SCHEDULE = {
     "reap-stale-runs": {"task": "feedback.tasks.runs_reap_stale_task", "schedule": 30.0},
     "mine-failures": {"task": "feedback.tasks.strategies_mine_task", "schedule": 3600.0},
     "check-trials": {"task": "feedback.tasks.strategy_trials_check_task", "schedule": 300.0},
-    # A safety net under the per-run refreshes of the metric rollups (feedback/rollups.py).
-    "refresh-daily-stats": {"task": "feedback.tasks.daily_stats_refresh_recent_task", "schedule": 900.0},
+    # The metrics' closed days rebuilt from the rows when due (feedback/metrics/__init__.py).
+    "refresh-daily-stats": {"task": "feedback.tasks.daily_stats_refresh_task", "schedule": 900.0},
     # Every enabled alert rule, its incidents opened and resolved (feedback/alerts/incidents.py).
     "evaluate-alerts": {"task": "feedback.tasks.alerts_evaluate_task", "schedule": 60.0},
     # Run sandboxes past RUN_SANDBOX_RETENTION_DAYS removed, workspaces not measured yet measured

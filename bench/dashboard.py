@@ -33,9 +33,9 @@ from bench import report
 from bench.results import Result
 from bench.worker import BASE_DIR, database_url
 from feedback import selectors
+from feedback.metrics.tools import percentile_cont
 from feedback.models import Run, Task
 from feedback.models.run import NO_SCORE
-from feedback.tool_metrics import percentile_cont
 
 # wrk's Lua: each thread walks its share of a list of paths (one per line, "path<TAB>etag"), so
 # every request asks for a different URL; an etag, when given, is sent as If-None-Match.

@@ -42,7 +42,7 @@ def _cost(tokens_in: int, tokens_out: int) -> float:
 RUN_COLUMNS = (
     "id, task_id, task_kind, status, created_at, started_at, finished_at, heartbeat_at, worker, cancel_requested, "
     "llm_backend, model_name, system_prompt, plan, tools_offered, tool_selection, final_output, error, score, "
-    "outcome, step_count, tokens_in, tokens_out, retry_of_id, counted_at, cost"
+    "outcome, step_count, tokens_in, tokens_out, retry_of_id, cost"
 )
 STEP_COLUMNS = (
     "id, run_id, index, turn, kind, thought, tool_name, tool_call_id, arguments, result, error, error_class, "
@@ -277,7 +277,7 @@ class Generator:
         buf.runs.append(
             f"{run_id}\t{task_id}\t{kind}\t{status}\t{_ts(created)}\t{_ts(created + 1)}\t{finished}\t{_ts(t)}\t\tf"
             f"\tbench\tzero-latency\tYou are a careful agent.\t[]\t[]\tall\t{output}\t{failure}\t{score}\t{outcome}"
-            f"\t{n_steps}\t{tokens_in}\t{tokens_out}\t{retry_of}\t{finished}\t{_cost(tokens_in, tokens_out)!r}"
+            f"\t{n_steps}\t{tokens_in}\t{tokens_out}\t{retry_of}\t{_cost(tokens_in, tokens_out)!r}"
         )
         if rng.random() < 0.01:
             buf.confirmations.append(

@@ -25,7 +25,6 @@ from feedback.privacy import mask_text
 
 if TYPE_CHECKING:
     from django_celery_beat.models import PeriodicTask
-from feedback.rollups import rollup_add, rollup_change
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +181,6 @@ def run_cancel(*, run: Run, user: AbstractBaseUser) -> bool:
         outcome=Run.Outcome.NOT_ACCOMPLISHED,
     )
     if stopped:
-        rollup_add(run_id=run.pk)  # ended: never evaluated, counted now
         queue.run_export(run.pk)  # nor exported after an evaluation
     else:
         stopped = Run.objects.filter(pk=run.pk, status__in=Run.ACTIVE_STATUSES).update(cancel_requested=True)
@@ -201,8 +199,7 @@ def run_rerun(*, run: Run, user: AbstractBaseUser) -> Run:
         workspace=task.workspace,
     )
     # The original now counts as an intervention, on its own day.
-    with rollup_change(run_id=run.pk):
-        Run.objects.filter(pk=new_run.pk).update(retry_of=run)
+    Run.objects.filter(pk=new_run.pk).update(retry_of=run)
     new_run.retry_of = run
     return new_run
 
@@ -265,22 +262,21 @@ def run_add_human_score(
     run = Run.objects.select_for_update().get(pk=run.pk)
     # Filed under the latest round so the page shows it beside the scores it overrides.
     latest = run.evaluations.aggregate(r=Max("round"))["r"] or 1
-    with rollup_change(run_id=run.pk):
-        evaluation = Evaluation.objects.create(
-            run=run,
-            round=latest,
-            evaluator="human",
-            kind=Evaluation.Kind.HUMAN,
-            score=score,
-            # What a reviewer types can quote the customer: masked like everything else stored.
-            feedback=mask_text(comment),
-            corrected_answer=mask_text(corrected_answer),
-            author=user,
-            accomplished=verdicts[outcome],
-        )
-        run.score = composite_score(run)
-        run.outcome = run_outcome(run)
-        run.save(update_fields=["score", "outcome"])
+    evaluation = Evaluation.objects.create(
+        run=run,
+        round=latest,
+        evaluator="human",
+        kind=Evaluation.Kind.HUMAN,
+        score=score,
+        # What a reviewer types can quote the customer: masked like everything else stored.
+        feedback=mask_text(comment),
+        corrected_answer=mask_text(corrected_answer),
+        author=user,
+        accomplished=verdicts[outcome],
+    )
+    run.score = composite_score(run)
+    run.outcome = run_outcome(run)
+    run.save(update_fields=["score", "outcome"])
     # Its own span in the run's trace: the run's spans are never sent again (otel_export).
     queue.evaluations_export([evaluation.pk])
     return evaluation

@@ -9,7 +9,6 @@ from django.conf import settings
 from feedback.agent.checkpoint import reap_stale_runs, resend_lost_evaluations
 from feedback.agent.loop import execute_run
 from feedback.alerts import alert_deliver, alerts_evaluate
-from feedback.rollups import daily_stats_refresh_recent
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +30,6 @@ def run_evaluate_task(run_id: int, expected_round: int | None = None) -> None:
     # Idempotent (evaluate_run writes a round only once), hence safe to redeliver with acks_late.
     from feedback.evaluation.chain import evaluate_run
 
-    # Also counts the run in its day's metric rollups (feedback.rollups), with its score.
     evaluate_run(run_id, expected_round=expected_round)
 
 
@@ -122,9 +120,13 @@ def task_scheduled_run_task(task_id: int) -> None:
     task_run_scheduled(task_id=task_id)
 
 
-@shared_task(ignore_result=True)
-def daily_stats_refresh_recent_task() -> None:
-    daily_stats_refresh_recent()
+@shared_task(ignore_result=True, soft_time_limit=900)
+def daily_stats_refresh_task() -> None:
+    # Beat's job every 15 minutes: the closed days due a rebuild (feedback/metrics/__init__.py says
+    # which). Safe to overlap and to repeat; a first rebuild of a long history goes on next time.
+    from feedback.metrics.daily import daily_stats_refresh
+
+    daily_stats_refresh(seconds=600)
 
 
 @shared_task(ignore_result=True, soft_time_limit=900)

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
-from feedback import metrics
+from feedback import metrics, tasks
 from feedback.agent.llm import LLMReply, ToolCall
 from feedback.agent.recorder import Recorder
 from feedback.evaluation.chain import evaluate_run
@@ -115,7 +115,9 @@ def test_the_metrics_count_cost_from_the_rollups_as_live_and_unpriced_runs_apart
     make_finished_run(created_at=noon, cost=0.25)
     make_finished_run(created_at=noon, cost=0.75, kind="general")
     make_finished_run(created_at=noon, cost=None)  # unpriced
+    tasks.daily_stats_refresh_task()  # beat: the closed days into the daily tables
     whole_days = Window(since=noon - timedelta(days=1), until=noon + timedelta(days=2))
+    assert metrics.split_window(whole_days)[1] is not None  # read from the daily rows
     live = Window(since=noon - timedelta(hours=1), until=noon + timedelta(hours=1))
     for window in (whole_days, live):
         summary = metrics.cost_summary(window)

@@ -21,10 +21,10 @@ from datetime import UTC, date, datetime
 import pytest
 from django.core.management import call_command
 
-from feedback import metrics, tool_metrics
+from feedback import metrics
 from feedback.metrics import Window
+from feedback.metrics.tools import percentile_cont
 from feedback.models import Evaluation, Run, Step, Task, ToolConfirmation
-from feedback.tool_metrics import percentile_cont
 
 from .factories import make_finished_run
 
@@ -83,7 +83,7 @@ def history(reviewer):
     tool_step(r6, "calculator", ms=400, ok=False, attempts=2, signature="A")
     tool_step(r6, "read_file", ms=80, ok=False, signature="D")
     tool_step(r6, "read_file", ms=20, ok=True)
-    # The rows above were written directly, past the services that keep the rollups current.
+    # A history of closed days: their daily rows rebuilt, as beat does.
     call_command("rebuild_daily_stats")
     return {"r0": r0, "r1": r1, "r2": r2, "r3": r3, "r4": r4, "r5": r5, "r6": r6}
 
@@ -175,14 +175,15 @@ def test_interventions_per_week_and_summary(history):
 
 
 def test_a_human_score_raises_the_intervention_rate(history, reviewer):
-    from feedback import services
+    from feedback import services, tasks
 
     services.run_add_human_score(run=history["r1"], user=reviewer, score=0.9)
+    tasks.daily_stats_refresh_task()  # beat's next rebuild of the closed days that changed
     assert metrics.intervention_trend(window())[0]["intervened"] == 2
 
 
 def test_tool_stats(history):
-    rows = {r["tool_name"]: r for r in tool_metrics.tool_stats(window())}
+    rows = {r["tool_name"]: r for r in metrics.tool_stats(window())}
     assert list(rows) == ["calculator", "read_file", "search"]
     calc, read, search = rows["calculator"], rows["read_file"], rows["search"]
     assert (calc["calls"], calc["succeeded"], calc["retries"]) == (5, 2, 3)
@@ -209,7 +210,7 @@ def test_rates_without_data_are_none_not_zero():
     assert metrics.score_summary(empty)["success_rate"] is None
     assert metrics.repeated_error_summary(empty)["repeated_rate"] is None
     assert metrics.intervention_summary(empty)["rate"] is None
-    assert tool_metrics.tool_stats(empty) == []
+    assert metrics.tool_stats(empty) == []
 
 
 @pytest.mark.postgresql
@@ -228,7 +229,9 @@ def test_a_run_s_repeated_error_is_checked_once_per_signature_not_once_per_error
         for i in range(60)
     )
     window = Window(since=datetime(2026, 1, 2, tzinfo=UTC), until=datetime(2026, 1, 3, tzinfo=UTC))
-    assert metrics.error_counts(window, by=()) == [{"errors": 60, "repeated_errors": 30, "runs_with_repeated": 1}]
+    assert metrics.error_counts(window, by=()) == [
+        {"errors": 60, "repeated_errors": 30, "runs_with_repeated": 1, "guardrail_refusals": 0, "human_rejections": 0}
+    ]
     sql, params = metrics.error_groups(window).query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, FORMAT TEXT) " + sql, params)

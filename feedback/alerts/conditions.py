@@ -90,8 +90,8 @@ def check_score_drop(rule: AlertRule, now: datetime) -> list[Finding]:
 
 
 def _failed_run_rate(window: Window) -> dict:
-    """Of the window's finished runs (answered or failed), those with a failed tool call (a
-    guardrail's refusal aside) or a failed status: the trials' error-rate counter-metric."""
+    """Of the window's finished runs (answered or failed), those with an error (the metrics' one
+    definition: a refusal is none) or a failed status: the trials' error-rate counter-metric."""
     row = (
         window.runs()
         .filter(status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED])

@@ -25,6 +25,8 @@ class ErrorFigures(Out):
     runs: int
     repeated_rate: float | None
     repeated_per_run: float | None
+    guardrail_refusals: int = Field(description="Calls a guardrail refused: counted apart, not errors")
+    human_rejections: int = Field(description="Calls a reviewer refused to confirm: counted apart, not errors")
 
 
 class InterventionFigures(Out):

@@ -7,7 +7,7 @@ from django.urls import reverse
 from django.utils.datastructures import MultiValueDict
 from ninja import Query, Router, Status
 
-from feedback import metrics, quota, selectors, services, tool_metrics
+from feedback import metrics, quota, selectors, services
 from feedback.forms import MetricsFilterForm, TaskForm
 from feedback.models import Workspace
 
@@ -135,6 +135,6 @@ def read_metrics(request: HttpRequest, filters: Query[MetricsQuery]) -> dict:
             {"period": scores["period"], "scores": scores, "errors": errors, "interventions": interventions}
             for scores, errors, interventions in periods
         ],
-        "tools": tool_metrics.tool_stats(window),
+        "tools": metrics.tool_stats(window),
         "disk": selectors.disk_figures(),
     }

@@ -35,7 +35,6 @@ from django.db.models import OuterRef, Subquery
 
 from feedback import costs, queue
 from feedback.models import Evaluation, EvaluationProfile, Run
-from feedback.rollups import rollup_add, rollup_change
 
 from .evaluators import EVALUATOR_KINDS, EvaluatorError, Verdict, rule_evaluator
 from .judge import judge_evaluator, judge_name
@@ -204,16 +203,11 @@ def evaluate_run(run_id: int, *, expected_round: int | None = None) -> list[Eval
         automatic = [r["round"] for r in before if r["kind"] != Evaluation.Kind.HUMAN]
         if any(expected_round is None or number >= round_number for number in automatic):
             return []  # another worker wrote this round while the evaluators ran
-        # A re-evaluated run's new score and outcome change its day's rollups; a run evaluated
-        # for the first time is counted in them now, with its score and outcome, committed with
-        # them so no reader sees one without the other.
-        with rollup_change(run_id=run_id):
-            rows = Evaluation.objects.bulk_create(Evaluation(run=run, round=round_number, **r) for r in results)
-            verdicts = before + [{name: getattr(row, name) for name in _VERDICT_FIELDS} for row in rows]
-            run.score = composite_score(run, verdicts)
-            run.outcome = run_outcome(run, verdicts)
-            run.save(update_fields=["score", "outcome"])
-        rollup_add(run_id=run_id)
+        rows = Evaluation.objects.bulk_create(Evaluation(run=run, round=round_number, **r) for r in results)
+        verdicts = before + [{name: getattr(row, name) for name in _VERDICT_FIELDS} for row in rows]
+        run.score = composite_score(run, verdicts)
+        run.outcome = run_outcome(run, verdicts)
+        run.save(update_fields=["score", "outcome"])
         # Once they are committed (OTEL_EXPORT_RUNS): the run's trace with its first round; a
         # later round as spans of its own, since the run's spans are never sent again. A run
         # cancelled before it ran or while it waited was sent at its cancel (run_cancel), and

@@ -1,18 +1,41 @@
-"""The metric definitions: each written down once, in this package, and documented in the README (Metric definitions).
+"""The metric definitions: each written down once, in this package, and documented in the README
+(Metric definitions). Only production runs count (``Run.purpose``): experiment and playground
+runs never enter a metric, a daily row or a live count.
 
 Every metric is computed by the database (annotate/aggregate, TruncDay/TruncWeek), never by a
-Python loop over runs. The trends read whole days from the DailyRunStats rollups, which are
-counted by the very queries of ``counts`` (feedback/rollups.py), and count the partial days at the
-window's edges live; Python only adds up a few hundred per-period rows. The per-tool figures
-follow the same pattern in feedback/tool_metrics.py.
+Python loop over runs; Python only adds up a few hundred per-period rows.
 
-A run belongs to the period of its ``created_at``; the filters are a window ``[since, until)``
-and optionally one task kind. Rates are ``None`` when their
-denominator is zero (no data is not a rate of 0).
+**Closed days from the daily tables, today live.** A day is *closed* once it is over (midnight in
+the project's time zone). Closed days are read from DailyRunStats, DailyToolStats and
+DailyToolLatency, whose rows are the very queries of this package run over the day's runs
+(``daily``: nothing else writes metric tables); today, a window's partial edges and any closed
+day not rebuilt yet are counted live from the rows by the same queries. The tables hold every
+day from the oldest rebuilt to the newest (``window.built_days``), and a window reads from them
+only the days in that span, so before the first rebuild everything is counted live.
 
-- ``window``: the window, and its whole days and months, which the rollups answer for;
-- ``counts``: the per-period counts, live and from the rollups;
-- ``figures``: the scores, errors, interventions, costs and strategies built from them.
+**When a closed day is rebuilt** (``daily.days_due``, run by beat every 15 minutes and by
+``manage.py rebuild_daily_stats``):
+
+1. the days that closed since the newest rebuilt day (yesterday, once, after midnight);
+2. the rebuilt days whose runs changed after their rebuild began (``DailyRunStats.refreshed_at``,
+   less a ten-minute margin for transactions that committed late): a run of the day that ended
+   (a run still going when its day closed is counted as it was, until it ends), an evaluation
+   written for one of its runs (the chain's round, a re-evaluation, a reviewer's score or
+   verdict), a run of the day asked for again; a run that ended changes every day from its
+   creation's to its end's (an earlier run still going can make a later run's error a
+   repeated one). Found by index range scans over the changes since the latest rebuild;
+3. the days before the oldest rebuilt one (the first rebuild, a history imported or generated).
+
+So a late change (a reviewer scoring a run of last week) shows on the page within one beat
+cycle, and a day's row always equals a live count of that day as of its rebuild. Deleting runs
+is not a change the rebuild sees: ``rebuild_daily_stats`` recounts everything.
+
+- ``window``: the window, and its closed days the daily tables answer for;
+- ``errors``: what an error is (and the refusals counted apart), for the metrics and the trials;
+- ``counts``: the per-period counts, live and from the daily rows;
+- ``figures``: the scores, errors, interventions, costs and strategies built from them;
+- ``tools``: the per-tool figures and their latency histograms;
+- ``daily``: the rebuild of closed days.
 
 Callers use ``from feedback import metrics; metrics.X``: every public name is re-exported here.
 A test that patches a name patches it in the submodule that looks it up, not here.
@@ -27,6 +50,7 @@ from .counts import (
     run_counts,
     runs_with_intervention_flags,
 )
+from .errors import ERROR_STEP, GUARDRAIL_REFUSAL, HUMAN_REJECTION, REFUSALS, run_had_error
 from .figures import (
     cost_by_kind,
     cost_summary,
@@ -39,23 +63,20 @@ from .figures import (
     score_trend,
     strategy_effectiveness,
 )
-from .window import (
-    ENDED,
-    GRANULARITIES,
-    Window,
-    rate,
-    split_window,
-    whole_days,
-    whole_months,
-    whole_periods,
-)
+from .tools import tool_stats
+from .window import ENDED, GRANULARITIES, Window, built_days, rate, split_window, whole_days
 
 __all__ = [
     "ENDED",
     "ERROR_COUNTS",
+    "ERROR_STEP",
     "GRANULARITIES",
+    "GUARDRAIL_REFUSAL",
+    "HUMAN_REJECTION",
     "INTERVENTION_REASONS",
+    "REFUSALS",
     "Window",
+    "built_days",
     "cost_by_kind",
     "cost_summary",
     "cost_trend",
@@ -68,12 +89,12 @@ __all__ = [
     "repeated_error_summary",
     "repeated_error_trend",
     "run_counts",
+    "run_had_error",
     "runs_with_intervention_flags",
     "score_summary",
     "score_trend",
     "split_window",
     "strategy_effectiveness",
+    "tool_stats",
     "whole_days",
-    "whole_months",
-    "whole_periods",
 ]

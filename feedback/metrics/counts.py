@@ -1,19 +1,18 @@
-"""The additive counts per period that every run trend is built from, live and from the rollups."""
+"""The additive counts per period that every run trend is built from: counted live from the rows
+by the queries below, and summed from the DailyRunStats rows (which the same queries wrote) for
+the closed days."""
 
 from datetime import date, datetime
 
-from django.db.models import Count, DateField, Exists, F, OuterRef, Q, QuerySet, Sum
+from django.db.models import Case, CharField, Count, DateField, Exists, F, OuterRef, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
 from feedback.models import DailyRunStats, Evaluation, Run, Step, ToolConfirmation
 
+from .errors import GUARDRAIL_REFUSAL, HUMAN_REJECTION, WENT_WRONG
 from .window import ENDED, Window, split_window, whole_days
 
-# --- the per-period counts behind the trends ----------------------------------------------------
-# Each trend is built from additive counts per period. Whole days come from the DailyRunStats
-# rollups; the partial days at the window's edges (and the rollups themselves) are counted by
-# the queries below, so there is one definition of each count.
 INTERVENTION_REASONS = ("confirmed", "human_scored", "retried", "cancelled")
 
 
@@ -67,18 +66,35 @@ def run_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> QuerySet
     )
 
 
-def error_groups(window: Window, *, by: tuple[str, ...] = ()) -> QuerySet[Step]:
-    """The errors of the window's runs (steps with an error signature), one row per run and
-    signature (and ``by`` columns, with ``period`` and ``task_kind`` read from the run): ``errors``
-    steps, flagged ``is_repeated`` when a step of an EARLIER run (by ``created_at``, then id) had
-    the same signature; earlier means any time before, inside the window or not, and of any task
-    kind. The flag is the same for every error of one run with one signature, so it is
-    annotated after the grouping: the database evaluates it once a group, not once an error (a
-    long run hits the same error hundreds of times)."""
+def _steps(window: Window) -> QuerySet[Step]:
+    """The steps of the window's runs, with ``period`` and ``task_kind`` read from the run."""
+    return Step.objects.filter(run__in=window.runs()).annotate(
+        period=window.trunc("run__created_at"), task_kind=F("run__task_kind"), created=F("run__created_at")
+    )
+
+
+_CATEGORY = Case(
+    When(GUARDRAIL_REFUSAL, then=Value("guardrail_refusals")),
+    When(HUMAN_REJECTION, then=Value("human_rejections")),
+    default=Value("errors"),
+    output_field=CharField(),
+)
+
+
+def went_wrong_groups(window: Window, *, by: tuple[str, ...] = ()) -> QuerySet[Step]:
+    """The steps that went wrong in the window's runs (errors.WENT_WRONG: the errors and the
+    refusals), one row per run, signature and ``category`` (``errors``, ``guardrail_refusals``,
+    ``human_rejections``; and ``by`` columns, with ``period`` and ``task_kind`` read from the
+    run): ``steps``, and ``is_repeated`` (meant for errors) when a step of an EARLIER production run (by
+    ``created_at``, then id) had the same signature; earlier means any time before, inside the
+    window or not, and of any task kind. The flag is the same for every error of one run with one
+    signature, so it is annotated after the grouping: the database evaluates it once a group, not
+    once an error (a long run hits the same error hundreds of times). One pass over the partial
+    index step_went_wrong, whatever the category."""
     # The exclude is a no-op for the result but lets PostgreSQL use the partial index
     # step_error_signature (it cannot prove the outer signature is not empty on its own).
     earlier = (
-        Step.objects.filter(error_signature=OuterRef("error_signature"))
+        Step.objects.filter(error_signature=OuterRef("error_signature"), run__purpose=Run.Purpose.PRODUCTION)
         .exclude(error_signature="")
         .filter(
             Q(run__created_at__lt=OuterRef("created"))
@@ -88,33 +104,40 @@ def error_groups(window: Window, *, by: tuple[str, ...] = ()) -> QuerySet[Step]:
     # The run's created_at by an annotation of its own: Django would group by the flag itself
     # (once an error again) were it referred to across the relation (OuterRef("run__created_at")).
     return (
-        Step.objects.filter(run__in=window.runs())
-        .exclude(error_signature="")
-        .annotate(period=window.trunc("run__created_at"), task_kind=F("run__task_kind"), created=F("run__created_at"))
-        .values(*by, "run_id", "error_signature")
-        .annotate(errors=Count("id"))
+        _steps(window)
+        .filter(WENT_WRONG)
+        .annotate(category=_CATEGORY)
+        .values(*by, "run_id", "error_signature", "category")
+        .annotate(steps=Count("id"))
+        # Exists alone (not inside a Case, which Django would add to the GROUP BY): refusals get a
+        # flag too, which error_counts ignores, for a few extra checks.
         .annotate(is_repeated=Exists(earlier))
         .order_by()
     )
 
 
-ERROR_COUNTS = ("errors", "repeated_errors", "runs_with_repeated")
+def error_groups(window: Window, *, by: tuple[str, ...] = ()) -> QuerySet[Step]:
+    """The errors alone (errors.ERROR_STEP) of ``went_wrong_groups``, ``steps`` of each."""
+    return went_wrong_groups(window, by=by).filter(category="errors")
+
+
+ERROR_COUNTS = ("errors", "repeated_errors", "runs_with_repeated", "guardrail_refusals", "human_rejections")
 
 
 def error_counts(window: Window, *, by: tuple[str, ...] = ("period",)) -> list[dict]:
     """Per period (and ``by`` columns, with ``task_kind`` read from the run): ``errors``,
-    ``repeated_errors`` and ``runs_with_repeated``, added up from the window's ``error_groups``
-    (a few per run)."""
+    ``repeated_errors`` and ``runs_with_repeated``, and, apart, ``guardrail_refusals`` and
+    ``human_rejections``: added up from the window's ``went_wrong_groups`` (a few per run)."""
     found: dict[tuple, dict] = {}
     repeating: dict[tuple, set[int]] = {}
-    for row in error_groups(window, by=by):
+    for row in went_wrong_groups(window, by=by):
         key = tuple(row[name] for name in by)
         counts = found.get(key)
         if counts is None:
             counts = found[key] = {name: row[name] for name in by} | dict.fromkeys(ERROR_COUNTS, 0)
-        counts["errors"] += row["errors"]
-        if row["is_repeated"]:
-            counts["repeated_errors"] += row["errors"]
+        counts[row["category"]] += row["steps"]
+        if row["is_repeated"] and row["category"] == "errors":
+            counts["repeated_errors"] += row["steps"]
             repeating.setdefault(key, set()).add(row["run_id"])
     for key, runs in repeating.items():
         found[key]["runs_with_repeated"] = len(runs)
@@ -134,22 +157,17 @@ def _add(into: dict, rows) -> None:
 
 
 def period_counts(window: Window) -> list[dict]:
-    """Every count of DailyRunStats per period of the window, every period present. A page that
-    shows several trends computes this once and passes it to each as ``counts``."""
+    """Every count of DailyRunStats per period of the window, every period present: closed days
+    from their rows, the rest counted live. A page that shows several trends computes this once
+    and passes it to each as ``counts``."""
     found: dict[date, dict] = {}
-    edges, first, last = split_window(window)
+    live, first, last = split_window(window)
     if first is not None:
-        rollups = whole_days(DailyRunStats, window, first, last)
         period = Trunc("day", window.granularity, output_field=DateField())
-        _add(
-            found,
-            rollups.annotate(period=period)
-            .values("period")
-            .annotate(**{c: Sum(c) for c in DailyRunStats.COUNTS})
-            .order_by(),
-        )
-    for edge in edges:
-        _add(found, run_counts(edge))
-        _add(found, error_counts(edge))
+        rows = whole_days(DailyRunStats, window, first, last).annotate(period=period).values("period")
+        _add(found, rows.annotate(**{c: Sum(c) for c in DailyRunStats.COUNTS}).order_by())
+    for part in live:
+        _add(found, run_counts(part))
+        _add(found, error_counts(part))
     empty = dict.fromkeys(DailyRunStats.COUNTS, 0)
     return [{"period": p, **found.get(p, empty)} for p in window.periods()]

@@ -66,18 +66,23 @@ def _error_figures(c: dict) -> dict:
         "runs": c["runs"],
         "repeated_rate": rate(c["repeated_errors"], c["errors"]),
         "repeated_per_run": rate(c["repeated_errors"], c["runs"]),
+        "guardrail_refusals": c["guardrail_refusals"],
+        "human_rejections": c["human_rejections"],
     }
 
 
 def repeated_error_trend(window: Window, counts: list[dict] | None = None) -> list[dict]:
     """**Repeated-error rate** per period.
 
-    An error is a step with an ``error_signature`` (tool + error class + normalised message);
-    it is *repeated* when that signature was already seen in an earlier run.
+    An error is a failed tool call or a model error, never a refusal (the one definition:
+    feedback/metrics/errors.py); it is *repeated* when its signature (tool + error class +
+    normalised message) was already seen in an earlier run.
 
     - ``repeated_rate``: repeated errors / all errors in the period;
     - ``repeated_per_run``: repeated errors / runs created in the period (what a run costs us
-      in mistakes we had already made once).
+      in mistakes we had already made once);
+    - ``guardrail_refusals`` and ``human_rejections``: the calls a guardrail refused and those a
+      reviewer refused to confirm, counted apart (neither is an error).
     """
     return _per_period(_error_figures, window, counts)
 
@@ -135,8 +140,8 @@ _COST_COUNTS = ("ended", "costed", "cost_sum")
 
 def cost_by_kind(window: Window) -> list[dict]:
     """The cost figures over the window for each task kind that had ended runs (the window's own
-    kind only, if it has one), most expensive first: the rollups grouped by kind, and the live
-    parts likewise."""
+    kind only, if it has one), most expensive first: the daily rows grouped by kind, and the
+    live parts likewise."""
     found: dict[str, dict] = {}
 
     def add(rows) -> None:
@@ -147,8 +152,8 @@ def cost_by_kind(window: Window) -> list[dict]:
 
     live, first, last = split_window(window)
     if first is not None:
-        rollups = whole_days(DailyRunStats, window, first, last).values("task_kind")
-        add(rollups.annotate(**{name: Sum(name) for name in _COST_COUNTS}).order_by())
+        rows = whole_days(DailyRunStats, window, first, last).values("task_kind")
+        add(rows.annotate(**{name: Sum(name) for name in _COST_COUNTS}).order_by())
     for part in live:
         add(run_counts(part, by=("task_kind",)))
     labels = dict(Task.Kind.choices)

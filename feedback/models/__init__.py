@@ -6,7 +6,7 @@ from .idempotency import IdempotencyKey
 from .lock import JobLock
 from .mcp import McpServer, McpToolOverride
 from .run import AppliedStrategy, Run
-from .stats import DailyRunStats, DailyToolLatency, DailyToolStats, MonthlyToolLatency, MonthlyToolStats
+from .stats import DailyRunStats, DailyToolLatency, DailyToolStats
 from .step import Step, StepAttempt
 from .strategy import Strategy, StrategyEvent, StrategyVersion
 from .task import Task, Workspace
@@ -31,8 +31,6 @@ __all__ = [
     "McpServer",
     "McpToolOverride",
     "ModelPrice",
-    "MonthlyToolLatency",
-    "MonthlyToolStats",
     "Run",
     "Step",
     "StepAttempt",

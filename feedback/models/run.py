@@ -87,8 +87,6 @@ class Run(models.Model):
     tokens_out = models.PositiveIntegerField(default=0)
     # The sum of its steps' costs, in US dollars, kept with its counters; None: its model has no price.
     cost = models.FloatField(null=True, blank=True)
-    # When the run's figures went into the daily rollups (once it ended: feedback/rollups.py).
-    counted_at = models.DateTimeField(null=True, blank=True)
     # The run's sandbox (its own copy of the workspace; a sub-agent works in its root run's, so only
     # root runs have these): its size, reserved when the run is queued (its workspace's size) and
     # measured when it ends; None: no sandbox. Removed by the retention policy (feedback/retention.py),
@@ -122,8 +120,8 @@ class Run(models.Model):
                     ("run_outcome_score", ("outcome",)),
                 )
             ),
-            # The runs not in the daily rollups yet, which the metrics count live: a few.
-            models.Index(fields=["created_at"], name="run_uncounted", condition=Q(counted_at__isnull=True)),
+            # The runs that ended since the metrics' last rebuild of closed days (feedback/metrics/daily.py).
+            models.Index(fields=["finished_at"], name="run_finished"),
             # The sandboxes still on disk (a person's quota by their tasks, the metrics' figures): a
             # few days' runs.
             models.Index(

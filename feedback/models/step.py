@@ -62,10 +62,13 @@ class Step(models.Model):
                 name="step_error_signature",
                 condition=~models.Q(error_signature=""),
             ),
-            # A run's errors by signature (metrics.error_groups: the metrics page's live part, the
-            # rollups): read from the index alone, not from the run's every step.
+            # A run's steps that went wrong (feedback/metrics/errors.py: errors and refusals, for the
+            # metrics' live part and daily rebuild, the trials' error rate): a few of its steps,
+            # found without reading the others.
             models.Index(
-                fields=["run", "error_signature"], name="step_run_errors", condition=~models.Q(error_signature="")
+                fields=["run", "error_signature"],
+                name="step_went_wrong",
+                condition=models.Q(kind="tool_call", success=False) | models.Q(kind="model_error"),
             ),
             # The mining job (feedback/strategies/): index-only scans of the steps it groups, where
             # it walked the whole step table (a year of a million runs: ten million steps).

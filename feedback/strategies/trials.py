@@ -26,6 +26,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from feedback.metrics.errors import ERROR_STEP, GUARDRAIL_REFUSED
 from feedback.models import AppliedStrategy, Run, Step, Strategy
 
 from .sequential import (  # noqa: F401 (the trials' statistics, as callers import them)
@@ -55,16 +56,16 @@ GUARDS = {
 GUARD_LABELS = {"error_rate": gettext_lazy("error rate"), "tokens": gettext_lazy("tokens per run"),
                 "duration": gettext_lazy("run duration (s)"), "cost": gettext_lazy("cost per run (USD)")}  # fmt: skip
 # A refusal by a guardrail is a strategy at work, not a failure; a run it derails still fails.
-GUARDRAIL_REFUSAL = "GuardrailRefused"
+GUARDRAIL_REFUSAL = GUARDRAIL_REFUSED
 # The strata a decision's audit record keeps (the largest; the page shows them all).
 STRATA_RECORDED = 30
 
 
 def error_steps(run: OuterRef) -> QuerySet[Step]:
-    """The steps that make a run count as having an error: its failed tool calls, a guardrail's
-    refusal aside. Issue 23.6 gives metrics the one definition of error (wt-metrics): once it is
-    merged, this returns theirs, and trials and the alerts follow."""
-    return Step.objects.filter(run=run, kind=Step.Kind.TOOL_CALL, success=False).exclude(error_class=GUARDRAIL_REFUSAL)
+    """The steps that make a run count as having an error: the metrics' one definition
+    (feedback/metrics/errors.py: a failed tool call or a model error; a guardrail's or a reviewer's
+    refusal is none), so the trials and the alerts count errors as the metrics page does."""
+    return Step.objects.filter(ERROR_STEP, run=run)
 
 
 def _totals(strata: list[Stratum]) -> tuple[Sample, Sample]:

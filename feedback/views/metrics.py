@@ -3,7 +3,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.translation import gettext as _
 
-from feedback import metrics, selectors, tool_metrics
+from feedback import metrics, selectors
 from feedback.forms import MetricsFilterForm
 
 
@@ -52,14 +52,14 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
         kind=filters.get("kind") or "",
         granularity=filters.get("granularity") or "day",
     )
-    # Counted once (rollups for whole days, live queries for the edges), read by every figure.
+    # Counted once (closed days from the daily tables, today live), read by every figure.
     counts = metrics.period_counts(window)
     scores = metrics.score_trend(window, counts)
     errors = metrics.repeated_error_trend(window, counts)
     interventions = metrics.intervention_trend(window, counts)
     costs = metrics.cost_trend(window, counts)
-    # From the DailyToolStats rollups too (and the edges live): a year is ~days x tools rows.
-    tools = tool_metrics.tool_stats(window)
+    # From the DailyToolStats rows too (and today live): a year is ~days x kinds x tools rows.
+    tools = metrics.tool_stats(window)
     context = {
         "form": form,
         "window": window,

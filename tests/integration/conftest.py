@@ -44,4 +44,4 @@ def _worker_settles(request):
         if not busy and not unevaluated:
             break
         time.sleep(0.2)
-    time.sleep(0.3)  # the rollup refresh that follows an evaluation
+    time.sleep(0.3)  # the export queued after an evaluation

@@ -8,7 +8,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from feedback.tool_metrics import histogram_percentile, latency_bounds, latency_bucket, percentile_cont
+from feedback.metrics.tools import histogram_percentile, latency_bounds, latency_bucket, percentile_cont
 
 DURATIONS = st.integers(min_value=0, max_value=2**31 - 1)  # duration_ms is a PositiveIntegerField
 FRACTIONS = st.sampled_from([0.0, 0.05, 0.5, 0.9, 0.95, 0.99, 1.0]) | st.floats(min_value=0, max_value=1)

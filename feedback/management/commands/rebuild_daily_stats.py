@@ -1,39 +1,20 @@
-"""Recount the daily rollups behind the metrics (DailyRunStats, DailyToolStats and
-DailyToolLatency), month by month, after counting the ended runs that were not."""
-
-from datetime import date, timedelta
+"""Rebuild the daily tables behind the metrics (DailyRunStats, DailyToolStats, DailyToolLatency)
+from the rows: every closed day, or the last --days of them (feedback/metrics/daily.py)."""
 
 from django.core.management.base import BaseCommand, CommandParser
-from django.db.models import Max, Min
-from django.utils import timezone
 
-from feedback.models import Run
-from feedback.rollups import daily_stats_refresh
-
-CHUNK_DAYS = 31
+from feedback.metrics.daily import daily_stats_rebuild_all
 
 
 class Command(BaseCommand):
-    help = "Recount the daily metric rollups (all of them, or the last --days days)."
+    help = "Rebuild the metrics' daily tables from the rows (every closed day, or the last --days days)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--days", type=int, default=None, help="only the last N days")
+        parser.add_argument("--days", type=int, default=None, help="only the last N closed days")
 
     def handle(self, *args, days: int | None = None, **options) -> None:
-        until = timezone.localdate() + timedelta(days=1)
-        if days is not None:
-            since = until - timedelta(days=days + 1)
-        else:
-            span = Run.objects.aggregate(first=Min("created_at"), last=Max("created_at"))
-            if span["first"] is None:
-                self.stdout.write("No runs: nothing to count.")
-                return
-            since = timezone.localtime(span["first"]).date()
-            until = max(until, timezone.localtime(span["last"]).date() + timedelta(days=1))
-        written, start = 0, since
-        # One transaction per month: short locks, and progress a person can follow.
-        while start < until:
-            end: date = min(until, start + timedelta(days=CHUNK_DAYS))
-            written += daily_stats_refresh(since_day=start, until_day=end)
-            start = end
-        self.stdout.write(f"Recounted {since} to {until - timedelta(days=1)}: {written} rows.")
+        if days is not None and days < 0:
+            self.stderr.write("--days is a number of days, 0 or more.")
+            raise SystemExit(2)
+        written = daily_stats_rebuild_all(days=days)
+        self.stdout.write(f"Rebuilt the closed days: {written} rows written.")

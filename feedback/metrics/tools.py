@@ -1,10 +1,9 @@
 """Per-tool figures: calls, success rate, retries, average latency and latency percentiles.
 
-Whole days come from the DailyToolStats and DailyToolLatency rollups (whole months from their
-monthly sums, MonthlyToolStats and MonthlyToolLatency) and the partial days at a window's edges
-are counted live, by the same query that counts the rollups (``tool_call_counts``;
-feedback/rollups.py writes them). Percentiles come from latency histograms, which add up across
-days and kinds: the database adds them (one row per tool and bucket comes back).
+Closed days come from the DailyToolStats rows and their DailyToolLatency histograms (rebuilt by
+daily.py with the query below), the rest of a window (its partial edges, today) is counted live
+by the same query (``tool_call_counts``). Percentiles come from latency histograms, which add up
+across days and kinds: the database adds them (one row per tool and bucket comes back).
 """
 
 import functools
@@ -17,12 +16,13 @@ from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Val
 from django.db.models.functions import Cast, Floor, Ln, TruncDate
 from django.utils import timezone
 
-from feedback.metrics import Window, rate, split_window, whole_periods
-from feedback.models import DailyToolLatency, DailyToolStats, MonthlyToolLatency, MonthlyToolStats, Step
+from feedback.models import DailyToolLatency, DailyToolStats, Step
+
+from .window import Window, rate, split_window, whole_days
 
 # Latency percentiles come from a histogram of ``duration_ms`` with log-scale buckets: bucket 0
-# holds 0 ms, bucket b >= 1 holds [1.05^(b-1), 1.05^b) ms. Histograms add up, so days counted
-# once into DailyToolStats and the live edges of a window merge into one per tool.
+# holds 0 ms, bucket b >= 1 holds [1.05^(b-1), 1.05^b) ms. Histograms add up, so the closed days'
+# rows and the live parts of a window merge into one per tool.
 LATENCY_BASE = 1.05
 _LN_BASE = math.log(LATENCY_BASE)
 
@@ -146,21 +146,21 @@ def tool_stats(window: Window) -> list[dict]:
     - latency p50 / p95: **estimates, within 5%**, of the interpolated percentiles
       (``percentile_cont``) of ``duration_ms``, from a latency histogram (``histogram_percentile``).
 
-    Whole days are read from the rollups and the partial days at the window's edges are counted
-    live, by the same query that counts the rollups.
+    Closed days are read from the daily rows, and the rest of the window is counted live, by
+    the same query that wrote those rows.
     """
     found: dict[str, dict] = {}
-    edges, first, last = split_window(window)
+    live, first, last = split_window(window)
     if first is not None:
-        # Whole months from the monthly rows, the days around them from the daily ones.
-        for rollups in whole_periods(DailyToolStats, MonthlyToolStats, window, first, last):
-            sums = rollups.values("tool_name").annotate(**{c: Sum(c) for c in DailyToolStats.COUNTS}).order_by()
-            add_tool_counts(found, sums, key=itemgetter("tool_name"))
-        for rollups in whole_periods(DailyToolLatency, MonthlyToolLatency, window, first, last):
-            for row in rollups.values("tool_name", "bucket").annotate(added=Sum("calls")).order_by():
-                found[row["tool_name"]]["latency"][row["bucket"]] += row["added"]
-    for edge in edges:
-        add_tool_counts(found, tool_call_counts(edge), key=itemgetter("tool_name"))
+        sums = whole_days(DailyToolStats, window, first, last).values("tool_name")
+        add_tool_counts(
+            found, sums.annotate(**{c: Sum(c) for c in DailyToolStats.COUNTS}).order_by(), key=itemgetter("tool_name")
+        )
+        latency = whole_days(DailyToolLatency, window, first, last).values("tool_name", "bucket")
+        for row in latency.annotate(added=Sum("calls")).order_by():
+            found[row["tool_name"]]["latency"][row["bucket"]] += row["added"]
+    for part in live:
+        add_tool_counts(found, tool_call_counts(part), key=itemgetter("tool_name"))
     rows = [
         {
             "tool_name": tool,
