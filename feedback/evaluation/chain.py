@@ -33,9 +33,8 @@ from collections.abc import Callable
 from django.db import transaction
 from django.db.models import OuterRef, Subquery
 
-from feedback import costs, queue
+from feedback import costs, lifecycle
 from feedback.models import Evaluation, EvaluationProfile, Run
-from feedback.rollups import rollup_add, rollup_change
 
 from .evaluators import EVALUATOR_KINDS, EvaluatorError, Verdict, rule_evaluator
 from .judge import judge_evaluator, judge_name
@@ -194,7 +193,7 @@ def evaluate_run(run_id: int, *, expected_round: int | None = None) -> list[Eval
         return []
     # The evaluators (a judge may take a minute) run outside the transaction; only the writes
     # hold the row lock.
-    results = _judge(run, run.profile_evaluators)
+    results = _judge(run, lifecycle.evaluators_for(run, run.profile_evaluators))
     with transaction.atomic():
         # Under the run's lock, its evaluations so far: whether another worker wrote this round
         # while the evaluators ran, and with the new round, the run's score and outcome.
@@ -204,23 +203,8 @@ def evaluate_run(run_id: int, *, expected_round: int | None = None) -> list[Eval
         automatic = [r["round"] for r in before if r["kind"] != Evaluation.Kind.HUMAN]
         if any(expected_round is None or number >= round_number for number in automatic):
             return []  # another worker wrote this round while the evaluators ran
-        # A re-evaluated run's new score and outcome change its day's rollups; a run evaluated
-        # for the first time is counted in them now, with its score and outcome, committed with
-        # them so no reader sees one without the other.
-        with rollup_change(run_id=run_id):
-            rows = Evaluation.objects.bulk_create(Evaluation(run=run, round=round_number, **r) for r in results)
-            verdicts = before + [{name: getattr(row, name) for name in _VERDICT_FIELDS} for row in rows]
-            run.score = composite_score(run, verdicts)
-            run.outcome = run_outcome(run, verdicts)
-            run.save(update_fields=["score", "outcome"])
-        rollup_add(run_id=run_id)
-        # Once they are committed (OTEL_EXPORT_RUNS): the run's trace with its first round; a
-        # later round as spans of its own, since the run's spans are never sent again. A run
-        # cancelled before it ran or while it waited was sent at its cancel (run_cancel), and
-        # only a reviewer evaluates it.
-        sent_at_cancel = expected_round is not None and run.status == Run.Status.CANCELLED
-        if automatic or sent_at_cancel:
-            queue.evaluations_export([row.pk for row in rows])
-        else:
-            queue.run_export(run_id)
+        rows = Evaluation.objects.bulk_create(Evaluation(run=run, round=round_number, **r) for r in results)
+        verdicts = before + [{name: getattr(row, name) for name in _VERDICT_FIELDS} for row in rows]
+        # The run's score and outcome, and what follows them (the export), committed with the round.
+        lifecycle.run_scored(run=run, evaluations=rows, rows=verdicts)
     return rows
