@@ -8,8 +8,9 @@ Every way a run ends goes through ``run_end``:
   reflection that gives up); a cancel it reads at the start of a turn;
 - a crash of the loop (execute_run), under the same lease;
 - a cancel of a queued run, or of one awaiting a confirmation, from a page or the API
-  (services.run_cancel); a running run's cancel is only asked for (``cancel_requested``), and the
-  loop reads that flag at every turn (``cancel_requested`` below: a plain read) and ends the run;
+  (services.run_cancel); a running run's cancel is only asked for (``Run.cancel_requested``), and
+  its loop reads that flag at the start of every turn (``cancel_requested`` below: a plain read)
+  and ends the run;
 - a worker finding a queued run whose cancel was asked (execute_run's failed claim: cancelled
   while its message waited, or re-queued by the reaper after its worker died while the cancel
   was pending).
@@ -17,11 +18,13 @@ The reaper never ends a run: it puts one whose worker vanished back in the queue
 (agent/checkpoint.py), and the next worker resumes it, or ends it as above.
 
 An end is a conditional UPDATE (only the first end of a run counts; a second finds no row and
-changes nothing), and once it is written, in the same transaction: the run's pending
-confirmations are withdrawn (status "withdrawn", when and why: nobody can approve a call of a
-run that has ended), and its evaluation is queued for when it commits. A worker that ends the
-run it holds first ends the run's MCP sessions, so no server process outlives a run shown as
-ended. The run's trace is exported after its first evaluation (``run_scored``).
+changes nothing). Once it is written (in the same transaction; a worker's, right after the
+transaction of its last step), the run's pending confirmations are withdrawn (status
+"withdrawn", when and why: nobody can approve a call of a run that has ended) and its evaluation
+is queued for when that commits (a lost message is sent again by the reaper). A worker that ends
+the run it holds first ends the run's MCP sessions, so no server process outlives a run shown as
+ended. The run's trace is exported after its first evaluation (``run_scored``). A cancel asked
+while a worker asks for a confirmation wins: the run never waits, its next turn ends it.
 
 **The evaluation rule**, written down once: *every* run that ended is evaluated, however it
 ended, so a failure weighs as a failure in the averages, the trials and mining (a run left
@@ -48,6 +51,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from feedback import queue
+from feedback.agent.lease import LeaseLost
 from feedback.agent.recorder import retrying, storable
 from feedback.agent.tools.mcp import release_run
 from feedback.evaluation import chain
@@ -67,6 +71,27 @@ def cancel_requested(*, run_id: int) -> bool:
         lambda: Run.objects.filter(pk=run_id).values_list("cancel_requested", flat=True).get(),
         what="reading the cancel flag",
     )
+
+
+def run_pause(*, run_id: int, lease: str) -> bool:
+    """The worker holding the run lets go of it to wait for a person (its confirmations are
+    asked): its MCP sessions end, then it waits, unless a cancel was asked first. The cancel's
+    UPDATE and this one take the run's row one after the other, so a cancelled run never waits.
+    False when a cancel came first; LeaseLost when the run is no longer this worker's."""
+    release_run(run_id)  # before its status says it waits: no server process waits with it
+    held = Run.objects.filter(pk=run_id, worker=lease, status=Run.Status.RUNNING)
+    paused = Run.objects.filter(pk=run_id, status=Run.Status.AWAITING_CONFIRMATION, worker="")
+
+    def pause() -> bool:
+        changes = {"status": Run.Status.AWAITING_CONFIRMATION, "worker": "", "heartbeat_at": timezone.now()}
+        if held.filter(cancel_requested=False).update(**changes):
+            return True
+        if not held.exists():
+            raise LeaseLost(f"run {run_id} is no longer leased to {lease}")
+        return False
+
+    # recover: the pause committed, though its acknowledgement was lost.
+    return retrying(pause, what="pausing the run", recover=lambda: paused.exists() or None)
 
 
 def run_end(

@@ -172,23 +172,17 @@ def schedule_set_enabled(*, schedule: "PeriodicTask", task: Task | None, user: A
 @transaction.atomic
 def run_cancel(*, run: Run, user: AbstractBaseUser) -> bool:
     """Stop a run. A queued or waiting run ends at once (feedback/lifecycle.py: its pending
-    confirmations withdrawn); a running one at its next turn, when its loop reads the request."""
+    confirmations withdrawn); a running one at its next turn, when its loop reads the request.
+    False when it had ended."""
     if not run_can_control(run=run, user=user):
         raise PermissionDenied
-    # Under the run's lock, so a worker pausing it for a confirmation comes before or after this,
-    # never between (the pause does not happen once a cancel is asked: loop.py).
-    status = Run.objects.select_for_update().filter(pk=run.pk).values_list("status", flat=True).first()
-    if status not in Run.ACTIVE_STATUSES:
+    # The request first: its UPDATE holds the run's row to the commit, so a worker pausing the run
+    # for a confirmation comes before it (the run waits, and ends below) or after it (the pause
+    # does not happen: loop.py), never between.
+    if not Run.objects.filter(pk=run.pk, status__in=Run.ACTIVE_STATUSES).update(cancel_requested=True):
         return False
-    if status != Run.Status.RUNNING:
-        return lifecycle.run_end(
-            run_id=run.pk,
-            status=Run.Status.CANCELLED,
-            error=lifecycle.CANCELLED_BY_A_USER,
-            fields={"cancel_requested": True},
-            by=user,
-        )
-    return bool(Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(cancel_requested=True))
+    lifecycle.run_end(run_id=run.pk, status=Run.Status.CANCELLED, error=lifecycle.CANCELLED_BY_A_USER, by=user)
+    return True
 
 
 @transaction.atomic
@@ -253,12 +247,14 @@ def confirmation_decide(
             _("Run #%(id)s is not waiting for this call (it is %(status)s): nothing was decided.")
             % {"id": run.pk, "status": run.get_status_display()}
         )
-    ToolConfirmation.objects.filter(pk=current.pk).update(
+    decided = ToolConfirmation.objects.filter(pk=current.pk, status=ToolConfirmation.Status.PENDING).update(
         status=ToolConfirmation.Status.APPROVED if approve else ToolConfirmation.Status.REJECTED,
         decided_by=user,
         decided_at=timezone.now(),
         reason=mask_text(reason),  # stored like the rest of the confirmation (privacy.py)
     )
+    if not decided:  # SQLite takes no row locks: a cancel or a reviewer came first all the same
+        raise AlreadyDecided(_("This call was already decided by someone else."))
     waiting = ToolConfirmation.objects.filter(run_id=run.pk, status=ToolConfirmation.Status.PENDING).count()
     resumed = False
     if not waiting:

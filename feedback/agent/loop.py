@@ -366,28 +366,11 @@ class AgentLoop:
                 ),
                 what="asking for a confirmation",
             )
-        release_run(self.run.pk)  # before its status says it waits: no server process waits with it
-        paused = Run.objects.filter(pk=self.run.pk, status=Run.Status.AWAITING_CONFIRMATION, worker="")
-        # recover: the pause committed, though its acknowledgement was lost.
-        if not retrying(self._pause, what="pausing the run", recover=lambda: paused.exists() or None):
-            # A person asked to cancel it meanwhile: the next turn ends it (and withdraws these).
-            return
+        if not lifecycle.run_pause(run_id=self.run.pk, lease=self.lease):
+            return  # a person asked to cancel it meanwhile: the next turn ends it (and withdraws these)
+        self.run.status, self.run.worker = Run.Status.AWAITING_CONFIRMATION, ""
         logger.info("run waits for confirmation of %s", ", ".join(c.name for c in calls))
         raise Paused
-
-    def _pause(self) -> bool:
-        """The run waits for a person, unless a cancel was asked first: both change its row, so
-        one of them comes after the other (services.run_cancel locks the row) and a cancelled run
-        never waits. LeaseLost when the run is no longer this worker's."""
-        held = Run.objects.filter(pk=self.run.pk, worker=self.lease, status=Run.Status.RUNNING)
-        if held.filter(cancel_requested=False).update(
-            status=Run.Status.AWAITING_CONFIRMATION, worker="", heartbeat_at=timezone.now()
-        ):
-            self.run.status, self.run.worker = Run.Status.AWAITING_CONFIRMATION, ""
-            return True
-        if not held.exists():
-            raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
-        return False
 
     def _resume_confirmed_calls(self) -> None:
         recorded = set(self.run.steps.values_list("tool_call_id", flat=True))
