@@ -4,18 +4,23 @@ With nothing set, the project runs embedded: SQLite in WAL mode, a file-system C
 that needs no server, a file cache and the offline demo model, all under ``var/``. Production
 changes only environment variables (``DATABASE_URL=postgres://...``,
 ``CELERY_BROKER_URL=redis://...``, ``CACHE_URL=redis://...``, ``OPENAI_BASE_URL``...).
+Each variable is read typed, with what it accepts (agentsite/environment.py: ``choices=`` for a mode,
+``ge=``/``le=`` for a number); a value it does not accept stops ``manage.py check`` and the servers.
 """
 
 import secrets
 from pathlib import Path
 
-import environ
-from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
+from kombu.transport import TRANSPORT_ALIASES
+
+from agentsite.environment import Environment
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-env = environ.Env()
+env = Environment()
+# What env found wrong, filled as the settings below are read (reported by feedback/checks.py).
+ENVIRONMENT_PROBLEMS = env.problems
 VAR_DIR = Path(env.str("VAR_DIR", default=str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
@@ -111,7 +116,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # then share it (an in-memory database is one connection's).
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
 else:
-    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60, ge=0))
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 EMBEDDED_DATABASE = DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
 
@@ -127,9 +132,9 @@ AUTHENTICATION_BACKENDS = ["feedback.throttle.LockoutBackend", "django.contrib.a
 # Failed logins (feedback/throttle.py): this many for one account name, or from one IP address
 # (an IPv6 client by its /64), refuse every login of that account, or from that address, for
 # LOGIN_LOCKOUT_SECONDS after the last one, the right password included. 0: no limit.
-LOGIN_FAILURES_PER_ACCOUNT = env.int("LOGIN_FAILURES_PER_ACCOUNT", default=5)
-LOGIN_FAILURES_PER_IP = env.int("LOGIN_FAILURES_PER_IP", default=20)
-LOGIN_LOCKOUT_SECONDS = env.int("LOGIN_LOCKOUT_SECONDS", default=15 * 60)
+LOGIN_FAILURES_PER_ACCOUNT = env.int("LOGIN_FAILURES_PER_ACCOUNT", default=5, ge=0)
+LOGIN_FAILURES_PER_IP = env.int("LOGIN_FAILURES_PER_IP", default=20, ge=0)
+LOGIN_LOCKOUT_SECONDS = env.int("LOGIN_LOCKOUT_SECONDS", default=15 * 60, ge=1)
 # Behind a reverse proxy every request comes from the proxy's address: name the header in which
 # it passes the client's (e.g. X-Forwarded-For, whose right-most address is used, or X-Real-IP).
 # Never set by default: without such a proxy any client could claim any address in it.
@@ -137,27 +142,26 @@ LOGIN_CLIENT_IP_HEADER = env.str("LOGIN_CLIENT_IP_HEADER", default="")
 # Password-reset mails (feedback/throttle.py): this many for one email address, or asked from one
 # client address, within PASSWORD_RESET_MAIL_SECONDS of one another; past it the page answers the
 # same and sends nothing until that long after the last. 0: no limit.
-PASSWORD_RESET_MAILS_PER_EMAIL = env.int("PASSWORD_RESET_MAILS_PER_EMAIL", default=3)
-PASSWORD_RESET_MAILS_PER_IP = env.int("PASSWORD_RESET_MAILS_PER_IP", default=10)
-PASSWORD_RESET_MAIL_SECONDS = env.int("PASSWORD_RESET_MAIL_SECONDS", default=60 * 60)
+PASSWORD_RESET_MAILS_PER_EMAIL = env.int("PASSWORD_RESET_MAILS_PER_EMAIL", default=3, ge=0)
+PASSWORD_RESET_MAILS_PER_IP = env.int("PASSWORD_RESET_MAILS_PER_IP", default=10, ge=0)
+PASSWORD_RESET_MAIL_SECONDS = env.int("PASSWORD_RESET_MAIL_SECONDS", default=60 * 60, ge=1)
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {
         "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
-        "OPTIONS": {"min_length": env.int("PASSWORD_MIN_LENGTH", default=12)},
+        "OPTIONS": {"min_length": env.int("PASSWORD_MIN_LENGTH", default=12, ge=1)},
     },
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 # The JSON API (feedback/api/): requests per token, and failed authentications per client address
 # (the address as the login throttle sees it: LOGIN_CLIENT_IP_HEADER), each "N/period"
-# (s, min, hour, day; "20/15min"); "0": no limit. Past either, 429 with Retry-After.
-API_RATE_LIMIT = env.str("API_RATE_LIMIT", default="300/min")
-API_AUTH_FAILURE_LIMIT = env.str("API_AUTH_FAILURE_LIMIT", default="20/15min")
+# (s, min, hour, day; "20/15min"), as django-ninja's throttles read it (feedback/api/throttles.py);
+# "0": no limit. Past either, 429 with Retry-After.
+API_RATE_LIMIT = env.rate("API_RATE_LIMIT", default="300/min")
+API_AUTH_FAILURE_LIMIT = env.rate("API_AUTH_FAILURE_LIMIT", default="20/15min")
 # How long an Idempotency-Key is kept: a retry within it gets the first answer (feedback/api/idempotency.py).
-API_IDEMPOTENCY_KEY_HOURS = env.int("API_IDEMPOTENCY_KEY_HOURS", default=24)
-if API_IDEMPOTENCY_KEY_HOURS < 1:
-    raise ImproperlyConfigured(f"API_IDEMPOTENCY_KEY_HOURS is at least 1, not {API_IDEMPOTENCY_KEY_HOURS}.")
+API_IDEMPOTENCY_KEY_HOURS = env.int("API_IDEMPOTENCY_KEY_HOURS", default=24, ge=1)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "feedback-home"
 LOGOUT_REDIRECT_URL = "login"
@@ -166,7 +170,7 @@ LOGOUT_REDIRECT_URL = "login"
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
-TIME_ZONE = env.str("TIME_ZONE", default="UTC")
+TIME_ZONE = env.time_zone("TIME_ZONE", default="UTC")
 USE_I18N = True
 USE_TZ = True
 
@@ -190,13 +194,13 @@ STORAGES = {
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=False)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=False)
-SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0, ge=0)
 # Only for a domain whose every subdomain is HTTPS; both are needed for `check --deploy`.
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
 # Behind a TLS-terminating proxy, e.g. "HTTP_X_FORWARDED_PROTO,https". Never set by default:
 # trusting the header without such a proxy would let a client claim HTTPS.
-_proxy_header = env.list("SECURE_PROXY_SSL_HEADER", default=[])
+_proxy_header = env.list("SECURE_PROXY_SSL_HEADER", default=[], length=2)
 if len(_proxy_header) == 2:
     SECURE_PROXY_SSL_HEADER = tuple(_proxy_header)
 SECURE_CONTENT_TYPE_NOSNIFF = True
@@ -204,7 +208,7 @@ SECURE_REFERRER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 # A working day; people log in again after that (the default is two weeks).
-SESSION_COOKIE_AGE = env.int("SESSION_COOKIE_AGE", default=12 * 3600)
+SESSION_COOKIE_AGE = env.int("SESSION_COOKIE_AGE", default=12 * 3600, ge=1)
 # htmx sends the token from the page's hx-headers, never from the cookie: scripts need not read it.
 CSRF_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
@@ -228,8 +232,7 @@ SECURE_CSP = {
 # consolemail:// ... By default there is no mail server: each message is written as a file into
 # var/mail/ (EMAIL_FILE_PATH), where the embedded default's reset links can be read.
 # EMAIL_BACKEND, when set, names the backend class itself.
-EMAIL_URL = env.str("EMAIL_URL", default="")
-_email = env.email_url_config(EMAIL_URL) if EMAIL_URL else {}
+_email = env.email("EMAIL_URL")
 _email.pop("EMAIL_FILE_PATH", None)  # the folder is EMAIL_FILE_PATH's alone
 vars().update(_email)
 EMAIL_BACKEND = env.str(
@@ -240,17 +243,19 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="webmaster@localhost"
 
 # --- Alerts (feedback/alerts/) -------------------------------------------------------------------
 # The dashboard's address as people reach it: the links in alert notifications start with it.
-SITE_URL = env.str("SITE_URL", default="http://127.0.0.1:8000").rstrip("/")
+SITE_URL = env.url("SITE_URL", default="http://127.0.0.1:8000", schemes=("http", "https")).rstrip("/")
 # How long a webhook receiver, or the mail server, has to answer one attempt.
-ALERT_DELIVERY_TIMEOUT_SECONDS = env.float("ALERT_DELIVERY_TIMEOUT_SECONDS", default=10.0)
+ALERT_DELIVERY_TIMEOUT_SECONDS = env.float("ALERT_DELIVERY_TIMEOUT_SECONDS", default=10.0, gt=0)
 # Attempts per notification (a webhook's 5xx, timeouts, unreachable receivers and mail servers
 # are retried), the first retry's wait, doubling after each.
-ALERT_DELIVERY_MAX_ATTEMPTS = env.int("ALERT_DELIVERY_MAX_ATTEMPTS", default=5)
-ALERT_RETRY_BACKOFF_SECONDS = env.float("ALERT_RETRY_BACKOFF_SECONDS", default=10.0)
+ALERT_DELIVERY_MAX_ATTEMPTS = env.int("ALERT_DELIVERY_MAX_ATTEMPTS", default=5, ge=1)
+ALERT_RETRY_BACKOFF_SECONDS = env.float("ALERT_RETRY_BACKOFF_SECONDS", default=10.0, ge=0)
 
 # --- Celery ----------------------------------------------------------------------------------
 _broker_dir = VAR_DIR / "broker"
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+# Kombu's transports, by the names their URLs start with (redis, rediss, amqp, filesystem...).
+BROKER_SCHEMES = frozenset(name.lower() for name in TRANSPORT_ALIASES)
+CELERY_BROKER_URL = env.url("CELERY_BROKER_URL", default="filesystem://", schemes=BROKER_SCHEMES)
 EMBEDDED_BROKER = CELERY_BROKER_URL.startswith("filesystem://")
 if EMBEDDED_BROKER:
     for sub in ("queue", "control", "processed"):
@@ -294,46 +299,50 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- The agent -------------------------------------------------------------------------------
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
-OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")
+OPENAI_BASE_URL = env.url("OPENAI_BASE_URL", default="", schemes=("http", "https"))
 # "auto" uses the OpenAI-compatible endpoint when one is configured, the offline demo model
 # otherwise; "offline" and "openai" force one.
-LLM_BACKEND = env.str("LLM_BACKEND", default="auto")
+LLM_BACKEND = env.str("LLM_BACKEND", default="auto", choices=("auto", "offline", "openai"))
 LLM_MODEL = env.str("LLM_MODEL", default="gpt-4o-mini")
 LLM_JUDGE_MODEL = env.str("LLM_JUDGE_MODEL", default="") or LLM_MODEL
 # A judgement is a score and a sentence or two: a bound keeps a rambling judge from costing minutes.
 # "auto": the LLM judge on the agent's endpoint when there is one; "offline": the heuristic judge.
-LLM_JUDGE_BACKEND = env.str("LLM_JUDGE_BACKEND", default="auto")
-LLM_JUDGE_MAX_TOKENS = env.int("LLM_JUDGE_MAX_TOKENS", default=300)
-LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=60.0)
+LLM_JUDGE_BACKEND = env.str("LLM_JUDGE_BACKEND", default="auto", choices=("auto", "offline"))
+LLM_JUDGE_MAX_TOKENS = env.int("LLM_JUDGE_MAX_TOKENS", default=300, ge=1)
+LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=60.0, gt=0)
 # "auto": native tool calling, falling back to JSON replies if the endpoint refuses tools.
-LLM_TOOL_MODE = env.str("LLM_TOOL_MODE", default="auto")
+LLM_TOOL_MODE = env.str("LLM_TOOL_MODE", default="auto", choices=("auto", "native", "json"))
 # A bound on every reply (0: the endpoint's own): a small local model can ramble for minutes.
-LLM_MAX_TOKENS = env.int("LLM_MAX_TOKENS", default=1024)
+LLM_MAX_TOKENS = env.int("LLM_MAX_TOKENS", default=1024, ge=0)
 # Unset: the endpoint's own default. 0 makes a local model's runs repeatable.
-LLM_TEMPERATURE = env.float("LLM_TEMPERATURE", default=None)
+LLM_TEMPERATURE = env.float("LLM_TEMPERATURE", default=None, ge=0, le=2)
 # Tools offered without length and pattern bounds ("auto": to every endpoint but OpenAI's), so a
 # server that decodes by grammar (llama.cpp) can build one; the invoker validates them all anyway.
-LLM_GRAMMAR_SAFE_SCHEMAS = env.str("LLM_GRAMMAR_SAFE_SCHEMAS", default="auto")
+LLM_GRAMMAR_SAFE_SCHEMAS = env.str("LLM_GRAMMAR_SAFE_SCHEMAS", default="auto", choices=("auto", "on", "off"))
 LLM_EMBEDDING_MODEL = env.str("LLM_EMBEDDING_MODEL", default="text-embedding-3-small")
-LLM_MAX_ATTEMPTS = env.int("LLM_MAX_ATTEMPTS", default=4)
-LLM_BACKOFF_SECONDS = env.float("LLM_BACKOFF_SECONDS", default=1.0)
-AGENT_MAX_STEPS = env.int("AGENT_MAX_STEPS", default=30)
+LLM_MAX_ATTEMPTS = env.int("LLM_MAX_ATTEMPTS", default=4, ge=1)
+LLM_BACKOFF_SECONDS = env.float("LLM_BACKOFF_SECONDS", default=1.0, ge=0)
+AGENT_MAX_STEPS = env.int("AGENT_MAX_STEPS", default=30, ge=1)
 # The same call failing the same way this many times ends the run instead of spinning.
-AGENT_MAX_IDENTICAL_FAILURES = env.int("AGENT_MAX_IDENTICAL_FAILURES", default=3)
-SUBAGENT_MAX_DEPTH = env.int("SUBAGENT_MAX_DEPTH", default=2)
+AGENT_MAX_IDENTICAL_FAILURES = env.int("AGENT_MAX_IDENTICAL_FAILURES", default=3, ge=1)
+SUBAGENT_MAX_DEPTH = env.int("SUBAGENT_MAX_DEPTH", default=2, ge=0)
 # More enabled tools than this and only the most relevant TOOL_RETRIEVAL_LIMIT are offered.
-TOOL_RETRIEVAL_THRESHOLD = env.int("TOOL_RETRIEVAL_THRESHOLD", default=15)
-TOOL_RETRIEVAL_LIMIT = env.int("TOOL_RETRIEVAL_LIMIT", default=10)
-TOOL_BREAKER_FAILURES = env.int("TOOL_BREAKER_FAILURES", default=5)
-TOOL_BREAKER_RESET_SECONDS = env.float("TOOL_BREAKER_RESET_SECONDS", default=30.0)
-TOOL_BACKOFF_SECONDS = env.float("TOOL_BACKOFF_SECONDS", default=0.2)
+TOOL_RETRIEVAL_THRESHOLD = env.int("TOOL_RETRIEVAL_THRESHOLD", default=15, ge=0)
+TOOL_RETRIEVAL_LIMIT = env.int("TOOL_RETRIEVAL_LIMIT", default=10, ge=1)
+TOOL_BREAKER_FAILURES = env.int("TOOL_BREAKER_FAILURES", default=5, ge=1)
+TOOL_BREAKER_RESET_SECONDS = env.float("TOOL_BREAKER_RESET_SECONDS", default=30.0, gt=0)
+TOOL_BACKOFF_SECONDS = env.float("TOOL_BACKOFF_SECONDS", default=0.2, ge=0)
 # Beat lists an MCP server's tools again when its stored listing is older than this (0: only a
 # server never listed, or when an operator saves or tests it in the admin). Runs never list.
-MCP_TOOLS_REFRESH_SECONDS = env.int("MCP_TOOLS_REFRESH_SECONDS", default=3600)
+MCP_TOOLS_REFRESH_SECONDS = env.int("MCP_TOOLS_REFRESH_SECONDS", default=3600, ge=0)
 HTTP_GET_ALLOWED_HOSTS = env.list("HTTP_GET_ALLOWED_HOSTS", default=[])
 # A running run whose heartbeat is older than this lost its worker; the reaper re-queues it.
-RUN_HEARTBEAT_SECONDS = env.float("RUN_HEARTBEAT_SECONDS", default=5.0)
-RUN_STALE_AFTER_SECONDS = env.float("RUN_STALE_AFTER_SECONDS", default=60.0)
+RUN_HEARTBEAT_SECONDS = env.float("RUN_HEARTBEAT_SECONDS", default=5.0, gt=0)
+RUN_STALE_AFTER_SECONDS = env.float("RUN_STALE_AFTER_SECONDS", default=60.0, gt=0)
+env.require(
+    RUN_STALE_AFTER_SECONDS > RUN_HEARTBEAT_SECONDS,
+    "RUN_STALE_AFTER_SECONDS must be more than RUN_HEARTBEAT_SECONDS: the reaper would re-queue running runs.",
+)
 
 # Mask personal data and secrets (emails, phones, cards, API keys) before anything is stored.
 PRIVACY_MASKING = env.bool("PRIVACY_MASKING", default=True)
@@ -342,54 +351,52 @@ PRIVACY_MASKING = env.bool("PRIVACY_MASKING", default=True)
 # Off by default. On, every run is sent once evaluated, as GenAI spans, to the OTLP/HTTP endpoint
 # the standard variables name, which the exporter reads itself: OTEL_EXPORTER_OTLP_ENDPOINT (or
 # _TRACES_ENDPOINT), _HEADERS, _TIMEOUT, _COMPRESSION, _CERTIFICATE. OTEL_SDK_DISABLED turns it off.
-OTEL_EXPORT_RUNS = env.bool("OTEL_EXPORT_RUNS", default=False) and not env.bool("OTEL_SDK_DISABLED", default=False)
+_otel_sdk_disabled = env.bool("OTEL_SDK_DISABLED", default=False)
+OTEL_EXPORT_RUNS = env.bool("OTEL_EXPORT_RUNS", default=False) and not _otel_sdk_disabled
 OTEL_SERVICE_NAME = env.str("OTEL_SERVICE_NAME", default="agent-feedback")
 # Prompts, answers, tool arguments and results, evaluator feedback: the stored (masked) values.
 OTEL_CAPTURE_CONTENT = env.bool(
     "OTEL_CAPTURE_CONTENT", default=env.bool("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", default=False)
 )
 # An export the receiver refused (down, 4xx/5xx, timeout) is tried again this many times.
-OTEL_EXPORT_RETRIES = env.int("OTEL_EXPORT_RETRIES", default=5)
+OTEL_EXPORT_RETRIES = env.int("OTEL_EXPORT_RETRIES", default=5, ge=0)
 
 # --- Strategies (layer 3) ----------------------------------------------------------------------
-STRATEGY_MINING_WINDOW_DAYS = env.int("STRATEGY_MINING_WINDOW_DAYS", default=30)
-STRATEGY_MIN_SUPPORT = env.int("STRATEGY_MIN_SUPPORT", default=5)
+STRATEGY_MINING_WINDOW_DAYS = env.int("STRATEGY_MINING_WINDOW_DAYS", default=30, ge=1)
+STRATEGY_MIN_SUPPORT = env.int("STRATEGY_MIN_SUPPORT", default=5, ge=1)
 # Who writes a proposal's title and guidance: the configured model ("model", the template where
 # there is no endpoint or it fails) or always the template ("template": a small local model
 # parrots the instructions it is given instead of generalising the evidence).
-STRATEGY_PROPOSAL_WRITER = env.str("STRATEGY_PROPOSAL_WRITER", default="model")
-if STRATEGY_PROPOSAL_WRITER not in ("model", "template"):
-    raise ImproperlyConfigured(f"STRATEGY_PROPOSAL_WRITER is 'model' or 'template', not {STRATEGY_PROPOSAL_WRITER!r}.")
+STRATEGY_PROPOSAL_WRITER = env.str("STRATEGY_PROPOSAL_WRITER", default="model", choices=("model", "template"))
 # A run "failed" for mining when it failed or scored below this; "succeeded" at or above GOOD.
-STRATEGY_LOW_SCORE = env.float("STRATEGY_LOW_SCORE", default=0.7)
-STRATEGY_GOOD_SCORE = env.float("STRATEGY_GOOD_SCORE", default=0.8)
+STRATEGY_LOW_SCORE = env.float("STRATEGY_LOW_SCORE", default=0.7, ge=0, le=1)
+STRATEGY_GOOD_SCORE = env.float("STRATEGY_GOOD_SCORE", default=0.8, ge=0, le=1)
+env.require(STRATEGY_LOW_SCORE <= STRATEGY_GOOD_SCORE, "STRATEGY_LOW_SCORE must not be above STRATEGY_GOOD_SCORE.")
 # A pattern must be this much more frequent among failures than among successes.
-STRATEGY_MIN_LIFT = env.float("STRATEGY_MIN_LIFT", default=0.3)
-STRATEGY_TRIAL_FRACTION = env.float("STRATEGY_TRIAL_FRACTION", default=0.5)
-STRATEGY_TRIAL_MIN_SAMPLES = env.int("STRATEGY_TRIAL_MIN_SAMPLES", default=10)
+STRATEGY_MIN_LIFT = env.float("STRATEGY_MIN_LIFT", default=0.3, ge=0, le=1)
+STRATEGY_TRIAL_FRACTION = env.float("STRATEGY_TRIAL_FRACTION", default=0.5, ge=0.05, le=0.95)
+STRATEGY_TRIAL_MIN_SAMPLES = env.int("STRATEGY_TRIAL_MIN_SAMPLES", default=10, ge=1)
 # The smallest score difference worth having: the trial page's expected runs are for it, and a
 # trial whose always-valid interval fits within ±it shows "no effect".
-STRATEGY_TRIAL_MIN_EFFECT = env.float("STRATEGY_TRIAL_MIN_EFFECT", default=0.1)
+STRATEGY_TRIAL_MIN_EFFECT = env.float("STRATEGY_TRIAL_MIN_EFFECT", default=0.1, gt=0, le=1)
 # Opt-in autonomy: proposals this well supported go to trial without a reviewer (never to active).
 STRATEGY_AUTONOMY = env.bool("STRATEGY_AUTONOMY", default=False)
-STRATEGY_AUTONOMY_MIN_SUPPORT = env.int("STRATEGY_AUTONOMY_MIN_SUPPORT", default=20)
-STRATEGY_AUTONOMY_MIN_CONFIDENCE = env.float("STRATEGY_AUTONOMY_MIN_CONFIDENCE", default=0.9)
-AGENT_MAX_SECONDS = env.int("AGENT_MAX_SECONDS", default=600)
+STRATEGY_AUTONOMY_MIN_SUPPORT = env.int("STRATEGY_AUTONOMY_MIN_SUPPORT", default=20, ge=1)
+STRATEGY_AUTONOMY_MIN_CONFIDENCE = env.float("STRATEGY_AUTONOMY_MIN_CONFIDENCE", default=0.9, ge=0, le=1)
+AGENT_MAX_SECONDS = env.int("AGENT_MAX_SECONDS", default=600, ge=1)
 WORKSPACES_ROOT = Path(env.str("WORKSPACES_ROOT", default=str(VAR_DIR / "workspaces")))
 RUN_SANDBOXES_ROOT = Path(env.str("RUN_SANDBOXES_ROOT", default=str(VAR_DIR / "runs")))
 # Each person's disk quota in MB (of 1024 x 1024 bytes; feedback/quota.py): their upload workspaces
 # plus their runs' sandboxes still kept. A submission or re-run that would pass it is refused. 0: none.
-DISK_QUOTA_MB = env.int("DISK_QUOTA_MB", default=100)
+DISK_QUOTA_MB = env.int("DISK_QUOTA_MB", default=100, ge=0)
 # Days a run's sandbox is kept once the run has ended (feedback/retention.py, beat's hourly clean-up).
 # 0: kept forever.
-RUN_SANDBOX_RETENTION_DAYS = env.int("RUN_SANDBOX_RETENTION_DAYS", default=14)
-if DISK_QUOTA_MB < 0 or RUN_SANDBOX_RETENTION_DAYS < 0:
-    raise ImproperlyConfigured("DISK_QUOTA_MB and RUN_SANDBOX_RETENTION_DAYS are 0 (no limit) or more.")
+RUN_SANDBOX_RETENTION_DAYS = env.int("RUN_SANDBOX_RETENTION_DAYS", default=14, ge=0)
 
 # --- Logging ---------------------------------------------------------------------------------
-LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
 # "json" for one JSON object per line (log shippers); every line of a run carries its ids.
-LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain", choices=("plain", "json"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

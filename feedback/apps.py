@@ -7,7 +7,7 @@ class FeedbackConfig(AppConfig):
     verbose_name = "Agent feedback loop"
 
     def ready(self) -> None:
-        from feedback import quota, roles, throttle  # noqa: F401 (quota, throttle: their signal receivers)
+        from feedback import checks, quota, roles, throttle  # noqa: F401 (checks: registered; quota, throttle: signals)
         from feedback.strategies import injection  # noqa: F401 (its signal receivers)
 
         post_migrate.connect(roles.ensure_groups, sender=self)

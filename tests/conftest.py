@@ -47,6 +47,17 @@ def _default_language():
 
 
 @pytest.fixture(autouse=True)
+def _no_run_in_the_log_context():
+    # A run executed in the test's thread (a sub-agent's parent sets its own id back) may leave its
+    # id in the log context: the next test's log lines would name it.
+    from feedback.logging import current_run, current_step
+
+    yield
+    current_run.set(None)
+    current_step.set(None)
+
+
+@pytest.fixture(autouse=True)
 def _isolated_folders(settings, tmp_path):
     settings.WORKSPACES_ROOT = tmp_path / "workspaces"
     settings.RUN_SANDBOXES_ROOT = tmp_path / "runs"

@@ -7,7 +7,6 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.staticfiles import finders
-from django.core import checks
 from django.test import Client, override_settings
 from django.utils import timezone
 from openapi_spec_validator import validate
@@ -17,6 +16,7 @@ from feedback.models import ApiToken, Evaluation, Run, Step, StepAttempt, Strate
 from .api_helpers import call, token_for
 from .conftest import make_user
 from .factories import make_finished_run, make_run
+from .settings_helpers import manage_py_check
 from .test_strategy_lifecycle import make_strategy
 
 pytestmark = pytest.mark.django_db
@@ -338,15 +338,12 @@ def test_an_address_that_keeps_failing_to_authenticate_is_refused_whatever_it_se
     assert call(elsewhere, "GET", "/me", token=good).status_code == 200
 
 
-def test_a_limit_that_cannot_be_read_stops_the_server(settings):
-    from feedback.api.auth import check_limits
-
-    settings.API_RATE_LIMIT = "lots"
-    errors = check_limits()
-    assert [e.id for e in errors] == ["feedback.E001"] and "API_RATE_LIMIT" in errors[0].msg
-    assert isinstance(errors[0], checks.Error)
-    settings.API_RATE_LIMIT = "0"
-    assert check_limits() == []
+def test_a_limit_that_cannot_be_read_stops_the_server(tmp_path):
+    # As the server starts: `manage.py check` (and migrate, runserver) in a process of its own.
+    refused = manage_py_check(tmp_path, API_RATE_LIMIT="lots")
+    assert refused.returncode != 0
+    assert "(feedback.E001) API_RATE_LIMIT='lots' is not valid: API_RATE_LIMIT is N/period" in refused.stderr
+    assert manage_py_check(tmp_path, API_RATE_LIMIT="0").returncode == 0
 
 
 # --- the OpenAPI document and its page -----------------------------------------------------------

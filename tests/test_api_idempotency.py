@@ -193,4 +193,6 @@ def test_a_retention_period_under_an_hour_stops_the_server_at_start(tmp_path):
     check = subprocess.run([sys.executable, "manage.py", "check"], cwd=django_settings.BASE_DIR, env=env,
                            capture_output=True, text=True)  # fmt: skip
     assert check.returncode != 0
-    assert "ImproperlyConfigured: API_IDEMPOTENCY_KEY_HOURS is at least 1, not 0." in check.stderr
+    assert "API_IDEMPOTENCY_KEY_HOURS='0' is not valid: API_IDEMPOTENCY_KEY_HOURS is a whole number of at least 1." in (
+        check.stderr
+    )

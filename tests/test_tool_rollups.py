@@ -241,6 +241,6 @@ def test_the_metrics_page_reads_the_tools_in_the_same_few_queries_however_many_s
     call_command("rebuild_daily_stats")
     html, many_steps = render()
     assert sum(row["calls"] for row in tool_metrics.tool_stats(Window.last(365))) == 205 * len(runs)
-    assert many_steps == few_steps <= 20
+    assert many_steps == few_steps <= 21  # 20, and the disk figures (selectors/disk.py)
     client.cookies[settings.LANGUAGE_COOKIE_NAME] = "zh-hans"
     assert "p95（毫秒，估算）" in client.get(reverse("feedback-metrics"), {"days": 365}).content.decode()

@@ -3,72 +3,43 @@ a browser never sends the header on its own). The token acts as its user, with t
 permissions, narrowed to reading by a read-only scope (``require_write``).
 
 Before the token is looked at, the client's address is checked against its failed
-authentications (``API_AUTH_FAILURE_LIMIT``); past the limit every request from it is refused
-with 429 until the window ends, good tokens included, so guessing tells nothing. After it, the
-token's own requests are counted (``API_RATE_LIMIT``).
+authentications (``API_AUTH_FAILURE_LIMIT``, throttles.AuthFailureThrottle); past the limit every
+request from it is refused with 429, good tokens included, so guessing tells nothing. After it,
+the NinjaAPI's throttle counts the token's own requests (``API_RATE_LIMIT``).
 """
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.core import checks
-from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.utils.translation import gettext as _
 from ninja.security.http import HttpAuthBase
 
 from feedback.models import ApiToken
-from feedback.throttle import client_address
 
-from . import limits
 from .errors import ApiError, throttled, unauthorized
+from .throttles import AuthFailureThrottle
 from .tokens import TokenRefused, api_token_authenticate
 
 # Longer than any token we make: anything longer is refused unread.
 MAX_TOKEN_LENGTH = 200
 
-
-LIMIT_SETTINGS = ("API_RATE_LIMIT", "API_AUTH_FAILURE_LIMIT")
-
-
-def _rate(setting: str) -> limits.Rate | None:
-    return limits.parse_rate(getattr(settings, setting), setting=setting)
-
-
-@checks.register(checks.Tags.security)
-def check_limits(**kwargs) -> list[checks.CheckMessage]:
-    """A limit that cannot be read stops the server at start (manage.py check, runserver,
-    migrate), not at the first API request."""
-    problems = []
-    for setting in LIMIT_SETTINGS:
-        try:
-            _rate(setting)
-        except ImproperlyConfigured as error:
-            problems.append(checks.Error(str(error), id="feedback.E001"))
-    return problems
+AUTH_FAILURES = AuthFailureThrottle()
 
 
 class BearerToken(HttpAuthBase):
     openapi_scheme = "bearer"
 
     def __call__(self, request: HttpRequest) -> ApiToken:
-        address = client_address(request)
-        failures = _rate("API_AUTH_FAILURE_LIMIT")
-        if failures is not None and (wait := limits.exceeded(f"auth-failures:{address}", failures)):
+        if (wait := AUTH_FAILURES.refusal(request)) is not None:
             raise throttled(wait)
         header = request.headers.get("Authorization", "").strip()
         if not header:
             # No credentials is no guess: it is not counted against the address.
             raise unauthorized(_("Send a token: Authorization: Bearer <token>."))
         try:
-            token = api_token_authenticate(_bearer(header))
+            return api_token_authenticate(_bearer(header))
         except TokenRefused as refused:
-            if failures is not None:
-                limits.count(f"auth-failures:{address}", failures)
+            AUTH_FAILURES.record(request)
             raise unauthorized(str(refused)) from None
-        rate = _rate("API_RATE_LIMIT")
-        if rate is not None and (wait := limits.count(f"token:{token.pk}", rate)):
-            raise throttled(wait)
-        return token
 
 
 def _bearer(header: str) -> str:

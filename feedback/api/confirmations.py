@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
-from ninja import Router, Schema
+from ninja import Router
 from pydantic import Field
 
 from feedback import selectors, services
@@ -17,6 +17,7 @@ from feedback.models import ToolConfirmation
 
 from .auth import require_perm, require_write, user_of
 from .errors import ApiError, form_invalid, refusals
+from .outputs import Out, UserName, path_field
 from .schemas import Body, RunStatus, Text
 
 router = Router(tags=["confirmations"])
@@ -24,21 +25,21 @@ router = Router(tags=["confirmations"])
 ConfirmationStatus = Literal[tuple(ToolConfirmation.Status.values)]  # type: ignore[valid-type]
 
 
-class ConfirmationOut(Schema):
+class ConfirmationOut(Out):
     id: int
     run_id: int
-    run_status: RunStatus
+    run_status: RunStatus = path_field("run", "status")
     turn: int
     tool_name: str
     arguments: Any = Field(description="The call's arguments, as stored (personal data masked)")
     status: ConfirmationStatus
     requested_at: datetime
     decided_at: datetime | None = Field(description="When it was decided, or withdrawn")
-    decided_by: str | None = Field(description="Who decided it, or cancelled its run")
+    decided_by: UserName = Field(description="Who decided it, or cancelled its run")
     reason: str = Field(description="The reason given, or why it was withdrawn")
 
 
-class ConfirmationListOut(Schema):
+class ConfirmationListOut(Out):
     data: list[ConfirmationOut]
 
 
@@ -47,34 +48,17 @@ class ConfirmationDecisionIn(Body):
     reason: Text = Field("", max_length=1000, description="Needed to reject: the model reads it")
 
 
-class ConfirmationDecidedOut(Schema):
+class ConfirmationDecidedOut(Out):
     confirmation: ConfirmationOut
     run_resumed: bool = Field(description="Nothing else of the run waits: it is queued again")
     waiting: int = Field(description="The run's calls still waiting for a person")
-
-
-def _shown(confirmation: ToolConfirmation) -> dict:
-    return {
-        "id": confirmation.pk,
-        "run_id": confirmation.run_id,
-        "run_status": confirmation.run.status,
-        "turn": confirmation.turn,
-        "tool_name": confirmation.tool_name,
-        "arguments": confirmation.arguments,
-        "status": confirmation.status,
-        "requested_at": confirmation.requested_at,
-        "decided_at": confirmation.decided_at,
-        "decided_by": confirmation.decided_by.get_username() if confirmation.decided_by else None,
-        "reason": confirmation.reason,
-    }
 
 
 @router.get("/confirmations", response={200: ConfirmationListOut, **refusals()}, summary="List waiting calls")
 def list_confirmations(request: HttpRequest) -> dict:
     """The calls waiting for a person, oldest first: never a withdrawn one (its run ended)."""
     require_perm(user_of(request), "feedback.view_toolconfirmation")
-    waiting = selectors.confirmations_waiting().select_related("run", "decided_by")
-    return {"data": [_shown(confirmation) for confirmation in waiting]}
+    return {"data": list(selectors.confirmations_waiting().select_related("run", "decided_by"))}
 
 
 @router.post(
@@ -102,4 +86,4 @@ def decide_confirmation(request: HttpRequest, confirmation_id: int, payload: Con
     except (services.AlreadyDecided, services.StaleConfirmation) as refused:
         raise ApiError(409, str(refused)) from None
     shown = ToolConfirmation.objects.select_related("run", "decided_by").get(pk=decided.confirmation.pk)
-    return {"confirmation": _shown(shown), "run_resumed": decided.resumed, "waiting": decided.waiting}
+    return {"confirmation": shown, "run_resumed": decided.resumed, "waiting": decided.waiting}

@@ -5,6 +5,8 @@ state changed first (someone else decided), 413 too large, 422 an idempotency ke
 request, 429 too many requests (Retry-After); and 500, logged with its traceback, for an exception
 nothing expected: a client reading JSON never gets Django's HTML error page."""
 
+import math
+
 from django import forms
 from django.core import signals
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
@@ -12,7 +14,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.log import log_response
 from django.utils.translation import gettext as _
 from ninja import NinjaAPI, Schema
-from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 
 # The header a 401 carries (RFC 6750): how to authenticate.
 WWW_AUTHENTICATE = 'Bearer realm="api"'
@@ -88,6 +90,10 @@ def install(api: NinjaAPI) -> None:
             errors.setdefault(_field(error.get("loc", ())), []).append(error.get("msg", ""))
         return _respond(api, request, invalid(errors))
 
+    def too_many(request: HttpRequest, exc: Throttled) -> HttpResponse:
+        # The API's throttles (throttles.py) always say how long: ninja sets Retry-After from it too.
+        return _respond(api, request, throttled(math.ceil(exc.wait or 1)))
+
     def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
         if isinstance(exc, AuthenticationError):
             return _respond(api, request, unauthorized(_("Send a token: Authorization: Bearer <token>.")))
@@ -116,6 +122,7 @@ def install(api: NinjaAPI) -> None:
     api.add_exception_handler(ApiError, api_error)
     api.add_exception_handler(ValidationError, validation_error)
     api.add_exception_handler(HttpError, http_error)
+    api.add_exception_handler(Throttled, too_many)
     api.add_exception_handler(PermissionDenied, permission_denied)
     api.add_exception_handler(Http404, not_found)
     api.add_exception_handler(RequestDataTooBig, too_big)

@@ -12,10 +12,11 @@ from feedback import quota, selectors, services, traces
 from feedback.forms import HumanScoreForm, RunFilterForm
 from feedback.models import Run
 
-from . import present
 from .auth import require_perm, require_write, user_of
+from .cursors import decode_cursor, encode_cursor
 from .errors import ApiError, form_invalid, invalid, refusals
-from .schemas import RunListOut, RunOut, RunQuery, RunSummaryOut, ScoreIn, ScoreOut, StepOut, StepPageOut, StepQuery
+from .outputs import RunListOut, RunOut, RunSummaryOut, ScoreOut, StepOut, StepPageOut
+from .schemas import RunQuery, ScoreIn, StepQuery
 
 router = Router(tags=["runs"])
 
@@ -46,7 +47,7 @@ def list_runs(request: HttpRequest, filters: Query[RunQuery]) -> dict:
     form = RunFilterForm({key: str(value) for key, value in data.items()})
     if not form.is_valid():
         raise form_invalid(form)
-    direction, position = present.decode_cursor(filters.cursor, order=filters.sort) if filters.cursor else ("", "")
+    direction, position = decode_cursor(filters.cursor, order=filters.sort) if filters.cursor else ("", "")
     runs = selectors.filter_runs(selectors.run_list(user_of(request)), form.cleaned_data)
     page = selectors.run_page(
         runs,
@@ -56,20 +57,20 @@ def list_runs(request: HttpRequest, filters: Query[RunQuery]) -> dict:
         size=filters.limit,
     )
     return {
-        "data": [present.run_summary(run) for run in page.runs],
-        "next_cursor": present.encode_cursor(filters.sort, "after", page.next_cursor) if page.next_cursor else None,
+        "data": page.runs,
+        "next_cursor": encode_cursor(filters.sort, "after", page.next_cursor) if page.next_cursor else None,
         "previous_cursor": (
-            present.encode_cursor(filters.sort, "before", page.previous_cursor) if page.previous_cursor else None
+            encode_cursor(filters.sort, "before", page.previous_cursor) if page.previous_cursor else None
         ),
     }
 
 
 @router.get("/runs/{run_id}", response={200: RunOut, **refusals(400, 404)}, summary="Read a run")
-def read_run(request: HttpRequest, run_id: int) -> dict:
+def read_run(request: HttpRequest, run_id: int) -> Run:
     """Status, outcome, score, answer, error, times, tokens, the exact system prompt, the
     strategies applied (and their trial arm) and every evaluation, newest round first."""
     _require_run_reader(request)
-    return present.run_detail(_visible_run(request, run_id))
+    return _visible_run(request, run_id)
 
 
 @router.get("/runs/{run_id}/steps", response={200: StepPageOut, **refusals(400, 404)}, summary="Read a run's trace")
@@ -108,7 +109,7 @@ def score_run(request: HttpRequest, run_id: int, payload: ScoreIn) -> Status:
         raise form_invalid(form)
     row = services.run_add_human_score(run=run, user=user, **form.cleaned_data)
     run.refresh_from_db()
-    return Status(201, {"evaluation": present.evaluation(row), "run": present.run_summary(run)})
+    return Status(201, {"evaluation": row, "run": run})
 
 
 @router.post("/runs/{run_id}/rerun", response={201: RunSummaryOut, **refusals(400, 404)}, summary="Run again")
@@ -122,11 +123,11 @@ def rerun_run(request: HttpRequest, run_id: int, response: HttpResponse) -> Stat
     except quota.QuotaExceeded as refused:
         raise invalid({"__all__": [str(refused)]}) from None
     response["Location"] = reverse("api-v1:read_run", kwargs={"run_id": new_run.pk})
-    return Status(201, present.run_summary(_visible_run(request, new_run.pk)))
+    return Status(201, _visible_run(request, new_run.pk))
 
 
 @router.post("/runs/{run_id}/cancel", response={200: RunSummaryOut, **refusals(400, 404, 409)}, summary="Cancel a run")
-def cancel_run(request: HttpRequest, run_id: int) -> dict:
+def cancel_run(request: HttpRequest, run_id: int) -> Run:
     """A queued or waiting run stops at once; a running one at its next step (``cancel_requested``
     says it will). 409 if it had already ended."""
     user = require_write(request)
@@ -134,4 +135,4 @@ def cancel_run(request: HttpRequest, run_id: int) -> dict:
     run = _visible_run(request, run_id)
     if not services.run_cancel(run=run, user=user):
         raise ApiError(409, _("Run #%(id)s had already ended.") % {"id": run.pk})
-    return present.run_summary(_visible_run(request, run.pk))
+    return _visible_run(request, run.pk)

@@ -9,12 +9,14 @@ from ninja import Query, Router
 
 from feedback import selectors
 from feedback.forms import StrategyDecisionForm
+from feedback.models import Strategy
 from feedback.strategies import services
 
-from . import present
 from .auth import require_perm, require_write, user_of
+from .cursors import decode_cursor, encode_cursor
 from .errors import ApiError, form_invalid, invalid, refusals
-from .schemas import DecisionIn, StrategyDetailOut, StrategyListOut, StrategyQuery
+from .outputs import StrategyDetailOut, StrategyListOut
+from .schemas import DecisionIn, StrategyQuery
 
 router = Router(tags=["strategies"])
 
@@ -25,7 +27,7 @@ def list_strategies(request: HttpRequest, filters: Query[StrategyQuery]) -> dict
     require_perm(user_of(request), "feedback.view_strategy")
     strategies = selectors.strategy_list(status=filters.status or "").order_by("-id")
     if filters.cursor:
-        _direction, position = present.decode_cursor(filters.cursor, order="id")
+        _direction, position = decode_cursor(filters.cursor, order="id")
         if not position.isdigit():
             raise invalid({"cursor": [_("Not a cursor of this list: pass next_cursor as given.")]})
         strategies = strategies.filter(id__lt=int(position))
@@ -33,17 +35,17 @@ def list_strategies(request: HttpRequest, filters: Query[StrategyQuery]) -> dict
     more = len(rows) > filters.limit
     rows = rows[: filters.limit]
     return {
-        "data": [present.strategy_summary(s) for s in rows],
-        "next_cursor": present.encode_cursor("id", "after", str(rows[-1].pk)) if more else None,
+        "data": rows,
+        "next_cursor": encode_cursor("id", "after", str(rows[-1].pk)) if more else None,
     }
 
 
 @router.get(
     "/strategies/{strategy_id}", response={200: StrategyDetailOut, **refusals(400, 404)}, summary="Read a strategy"
 )
-def read_strategy(request: HttpRequest, strategy_id: int) -> dict:
+def read_strategy(request: HttpRequest, strategy_id: int) -> Strategy:
     require_perm(user_of(request), "feedback.view_strategy")
-    return present.strategy_detail(selectors.strategy_detail(strategy_id))
+    return selectors.strategy_detail(strategy_id)
 
 
 @router.post(
@@ -51,7 +53,7 @@ def read_strategy(request: HttpRequest, strategy_id: int) -> dict:
     response={200: StrategyDetailOut, **refusals(400, 404, 409, 413)},
     summary="Decide on a strategy",
 )
-def decide_strategy(request: HttpRequest, strategy_id: int, payload: DecisionIn) -> dict:
+def decide_strategy(request: HttpRequest, strategy_id: int, payload: DecisionIn) -> Strategy:
     """Approve a proposal for trial, reject it, promote a trial or roll back: each with a reason,
     recorded in the audit log. 409 when the strategy's state does not allow it (someone decided
     first) or a promotion is blocked (a counter-metric, a mismatched split): the detail says why."""
@@ -67,4 +69,4 @@ def decide_strategy(request: HttpRequest, strategy_id: int, payload: DecisionIn)
         raise ApiError(409, str(exc)) from None
     except ValidationError as exc:
         raise ApiError(409, " ".join(exc.messages)) from None
-    return present.strategy_detail(selectors.strategy_detail(strategy_id))
+    return selectors.strategy_detail(strategy_id)

@@ -9,11 +9,14 @@ from ninja import Query, Router, Status
 
 from feedback import metrics, quota, selectors, services, tool_metrics
 from feedback.forms import MetricsFilterForm, TaskForm
+from feedback.models import Workspace
 
-from . import idempotency, present
+from . import idempotency
 from .auth import require_perm, require_write, token_of, user_of
 from .errors import form_invalid, invalid, refusals
-from .schemas import MeOut, MetricsOut, MetricsQuery, RunSummaryOut, TaskIn, WorkspaceOut
+from .figures import MetricsOut
+from .outputs import MeOut, RunSummaryOut, WorkspaceOut
+from .schemas import MetricsQuery, TaskIn
 
 router = Router()
 
@@ -76,16 +79,16 @@ def _submit(user: AbstractBaseUser, payload: TaskIn) -> idempotency.Answer:
         raise invalid({"__all__": [str(refused)]}) from None
     run.refresh_from_db()
     # As JSON, as a replay gives it from the key's row: the first answer and a retry's are the same.
-    return idempotency.Answer(201, RunSummaryOut.model_validate(present.run_summary(run)).model_dump(mode="json"))
+    return idempotency.Answer(201, RunSummaryOut.model_validate(run).model_dump(mode="json"))
 
 
 @router.get("/workspaces", response={200: list[WorkspaceOut], **refusals()}, tags=["tasks"], summary="List workspaces")
-def list_workspaces(request: HttpRequest) -> list[dict]:
+def list_workspaces(request: HttpRequest) -> list[Workspace]:
     """The workspaces you may start a run from: the shared ones first, then your own uploads
     (then others', for those who read every run)."""
     user = user_of(request)
     require_perm(user, "feedback.view_workspace")
-    return [present.workspace(w) for w in selectors.workspaces_usable_by(user)]
+    return list(selectors.workspaces_usable_by(user))
 
 
 @router.get("/me", response={200: MeOut, **refusals()}, tags=["account"], summary="Who the token acts as")
@@ -133,5 +136,5 @@ def read_metrics(request: HttpRequest, filters: Query[MetricsQuery]) -> dict:
             for scores, errors, interventions in periods
         ],
         "tools": tool_metrics.tool_stats(window),
-        "disk": present.disk(selectors.disk_figures()),
+        "disk": selectors.disk_figures(),
     }

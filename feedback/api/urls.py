@@ -16,6 +16,7 @@ from ninja import NinjaAPI, Swagger
 
 from . import confirmations, errors, runs, strategies, tasks
 from .auth import BearerToken
+from .throttles import TokenThrottle, document_limits
 
 DESCRIPTION = """\
 Submit tasks, read runs and their traces, score runs, and decide on strategies, as the pages do.
@@ -26,12 +27,22 @@ read every run, strategy and metric; reviewers also score runs and decide on str
 read-only token only reads. Errors are JSON `{"detail": ..., "errors": {field: [...]}}`.
 """
 
-api = NinjaAPI(
+
+class AgentFeedbackApi(NinjaAPI):
+    """The API, whose OpenAPI document also states its limits (throttles.document_limits)."""
+
+    def get_openapi_schema(self, **kwargs) -> dict:
+        return document_limits(super().get_openapi_schema(**kwargs))
+
+
+api = AgentFeedbackApi(
     title="Agent feedback API",
     version="1",
     description=DESCRIPTION,
     urls_namespace="api-v1",
     auth=BearerToken(),
+    # Every endpoint's (API_RATE_LIMIT); a router or an endpoint naming throttles of its own replaces it.
+    throttle=TokenThrottle(),
     openapi_url="/openapi.json",
     docs_url="/docs",
     # validatorUrl None: Swagger UI would otherwise send the document to swagger.io for a badge.
