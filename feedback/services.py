@@ -6,6 +6,7 @@ import logging
 import shutil
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -14,12 +15,12 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
-from feedback import queue, quota
+from feedback import lifecycle, queue, quota
 from feedback.agent.sandbox import SandboxError, resolve
 from feedback.agent.tools.mcp import ListedTool, list_and_store, listed_tools
 from feedback.cron import check_schedule
-from feedback.evaluation.chain import composite_score, run_outcome
 from feedback.models import Evaluation, McpServer, Run, Task, ToolConfirmation, Workspace
 from feedback.privacy import mask_text
 
@@ -169,22 +170,18 @@ def schedule_set_enabled(*, schedule: "PeriodicTask", task: Task | None, user: A
 
 @transaction.atomic
 def run_cancel(*, run: Run, user: AbstractBaseUser) -> bool:
-    """Stop a run. A queued or waiting run stops at once; a running one at its next step."""
+    """Stop a run. A queued or waiting run ends at once (feedback/lifecycle.py: its pending
+    confirmations withdrawn); a running one at its next turn, when its loop reads the request.
+    False when it had ended."""
     if not run_can_control(run=run, user=user):
         raise PermissionDenied
-    stopped = Run.objects.filter(pk=run.pk, status__in=[Run.Status.QUEUED, Run.Status.AWAITING_CONFIRMATION]).update(
-        status=Run.Status.CANCELLED,
-        cancel_requested=True,
-        finished_at=timezone.now(),
-        error="Cancelled by a user.",
-        # Never evaluated (it never answered): the outcome rule's "ended without an answer".
-        outcome=Run.Outcome.NOT_ACCOMPLISHED,
-    )
-    if stopped:
-        queue.run_export(run.pk)  # nor exported after an evaluation
-    else:
-        stopped = Run.objects.filter(pk=run.pk, status__in=Run.ACTIVE_STATUSES).update(cancel_requested=True)
-    return bool(stopped)
+    # The request first: its UPDATE holds the run's row to the commit, so a worker pausing the run
+    # for a confirmation comes before it (the run waits, and ends below) or after it (the pause
+    # does not happen: loop.py), never between.
+    if not Run.objects.filter(pk=run.pk, status__in=Run.ACTIVE_STATUSES).update(cancel_requested=True):
+        return False
+    lifecycle.run_end(run_id=run.pk, status=Run.Status.CANCELLED, error=lifecycle.CANCELLED_BY_A_USER, by=user)
+    return True
 
 
 @transaction.atomic
@@ -210,31 +207,62 @@ def run_can_control(*, run: Run, user: AbstractBaseUser) -> bool:
     )
 
 
+class StaleConfirmation(Exception):
+    """The call is no longer its run's to decide (withdrawn when the run ended, or the run is
+    not waiting for it): nothing was decided; the message says why, for the person."""
+
+
+@dataclass(frozen=True)
+class ConfirmationDecided:
+    confirmation: ToolConfirmation
+    resumed: bool  # the run had nothing else waiting and is queued again
+    waiting: int  # the run's calls still waiting for a person
+
+
 @transaction.atomic
 def confirmation_decide(
     *, confirmation: ToolConfirmation, user: AbstractBaseUser, approve: bool, reason: str = ""
-) -> ToolConfirmation:
-    """Approve or refuse a sensitive tool call. When the run has nothing else waiting it goes
-    back to the queue: approval runs the call, refusal becomes the model's observation."""
+) -> ConfirmationDecided:
+    """Approve or refuse a sensitive tool call of a run waiting for it. When the run has nothing
+    else waiting it goes back to the queue: approval runs the call, refusal becomes the model's
+    observation. AlreadyDecided when someone decided it first; StaleConfirmation when it was
+    withdrawn or its run is not waiting for it."""
     if not user.has_perm("feedback.confirm_toolconfirmation"):
         raise PermissionDenied
-    decided = ToolConfirmation.objects.filter(pk=confirmation.pk, status=ToolConfirmation.Status.PENDING).update(
+    # The run's row first, as a cancel locks it (run_cancel): a cancel and a decision come one
+    # after the other, never between one another's writes.
+    run = Run.objects.select_for_update().only("status").get(pk=confirmation.run_id)
+    current = ToolConfirmation.objects.select_for_update().get(pk=confirmation.pk)
+    if current.status == ToolConfirmation.Status.WITHDRAWN:
+        raise StaleConfirmation(
+            _("This call was withdrawn when run #%(id)s ended (%(status)s): nothing was decided.")
+            % {"id": run.pk, "status": run.get_status_display()}
+        )
+    if current.status != ToolConfirmation.Status.PENDING:
+        raise AlreadyDecided(_("This call was already decided by someone else."))
+    if run.status != Run.Status.AWAITING_CONFIRMATION:
+        raise StaleConfirmation(
+            _("Run #%(id)s is not waiting for this call (it is %(status)s): nothing was decided.")
+            % {"id": run.pk, "status": run.get_status_display()}
+        )
+    decided = ToolConfirmation.objects.filter(pk=current.pk, status=ToolConfirmation.Status.PENDING).update(
         status=ToolConfirmation.Status.APPROVED if approve else ToolConfirmation.Status.REJECTED,
         decided_by=user,
         decided_at=timezone.now(),
         reason=mask_text(reason),  # stored like the rest of the confirmation (privacy.py)
     )
-    if not decided:
-        raise AlreadyDecided
-    run_id = confirmation.run_id
-    if not ToolConfirmation.objects.filter(run_id=run_id, status=ToolConfirmation.Status.PENDING).exists():
-        resumed = Run.objects.filter(pk=run_id, status=Run.Status.AWAITING_CONFIRMATION).update(
-            status=Run.Status.QUEUED
+    if not decided:  # SQLite takes no row locks: a cancel or a reviewer came first all the same
+        raise AlreadyDecided(_("This call was already decided by someone else."))
+    waiting = ToolConfirmation.objects.filter(run_id=run.pk, status=ToolConfirmation.Status.PENDING).count()
+    resumed = False
+    if not waiting:
+        resumed = bool(
+            Run.objects.filter(pk=run.pk, status=Run.Status.AWAITING_CONFIRMATION).update(status=Run.Status.QUEUED)
         )
         if resumed:
-            queue.run_execute(run_id)
-    confirmation.refresh_from_db()
-    return confirmation
+            queue.run_execute(run.pk)
+    current.refresh_from_db()
+    return ConfirmationDecided(confirmation=current, resumed=resumed, waiting=waiting)
 
 
 # --- evaluation -----------------------------------------------------------------------------
@@ -274,11 +302,7 @@ def run_add_human_score(
         author=user,
         accomplished=verdicts[outcome],
     )
-    run.score = composite_score(run)
-    run.outcome = run_outcome(run)
-    run.save(update_fields=["score", "outcome"])
-    # Its own span in the run's trace: the run's spans are never sent again (otel_export).
-    queue.evaluations_export([evaluation.pk])
+    lifecycle.run_scored(run=run, evaluations=[evaluation])
     return evaluation
 
 

@@ -30,6 +30,7 @@ def run_evaluate_task(run_id: int, expected_round: int | None = None) -> None:
     # Idempotent (evaluate_run writes a round only once), hence safe to redeliver with acks_late.
     from feedback.evaluation.chain import evaluate_run
 
+    # Its score and outcome, and the export that follows: feedback/lifecycle.py's run_scored.
     evaluate_run(run_id, expected_round=expected_round)
 
 

@@ -354,6 +354,7 @@ ENDPOINTS = {
     ("post", "/api/v1/runs/{run_id}/rerun"), ("post", "/api/v1/runs/{run_id}/cancel"),
     ("get", "/api/v1/strategies"), ("get", "/api/v1/strategies/{strategy_id}"),
     ("post", "/api/v1/strategies/{strategy_id}/decisions"),
+    ("get", "/api/v1/confirmations"), ("post", "/api/v1/confirmations/{confirmation_id}/decide"),
 }  # fmt: skip
 
 

@@ -6,7 +6,7 @@ someone else's run: it must be invisible to them through every endpoint."""
 import pytest
 
 from feedback.api.urls import api
-from feedback.models import ApiToken, Evaluation, Run, Step, Strategy, StrategyEvent, Task
+from feedback.models import ApiToken, Evaluation, Run, Step, Strategy, StrategyEvent, Task, ToolConfirmation
 
 from .api_helpers import call, token_for
 from .conftest import make_user
@@ -57,6 +57,11 @@ TABLE = [
     ("POST", "/strategies/{strategy}/decisions", {"action": "approve", "reason": "worth a trial"},
      [401, 401, 401, 401, 403, 403, 403, 200, 403],
      lambda body, w: body["status"] == "trial" and body["events"][0]["reason"] == "worth a trial"),
+    # The confirmation's run is queued, not waiting for it: listed to no one, refused to reviewers (409).
+    ("GET", "/confirmations", None, [401, 401, 401, 401, 403, 403, 200, 200, 200],
+     lambda body, w: body["data"] == []),
+    ("POST", "/confirmations/{confirmation}/decide", {"decision": "approve"},
+     [401, 401, 401, 401, 403, 403, 403, 409, 403], None),
 ]  # fmt: skip
 
 # What each refusal says, by caller (a 403 for a read-only token says so).
@@ -93,7 +98,8 @@ def world(demo_workspace):
     run = make_run(user=owner, text=f"Summarise {SECRET}.csv", kind=Task.Kind.FILE_ANALYSIS)
     Step.objects.create(run=run, index=0, kind=Step.Kind.TOOL_CALL, tool_name="read_text_file",
                         arguments={"path": "payroll.csv"}, result={"text": SECRET})  # fmt: skip
-    return {"run": run, "strategy": make_strategy()}
+    confirmation = ToolConfirmation.objects.create(run=run, turn=1, tool_call_id="c1", tool_name="send_reply")
+    return {"run": run, "strategy": make_strategy(), "confirmation": confirmation}
 
 
 @pytest.mark.parametrize(("method", "path", "body", "expected", "holds"), TABLE)
@@ -101,7 +107,7 @@ def world(demo_workspace):
 def test_api_access(client, world, caller, method, path, body, expected, holds):
     token = _token(caller)
     before = _counts()
-    url = path.format(run=world["run"].pk, strategy=world["strategy"].pk)
+    url = path.format(run=world["run"].pk, strategy=world["strategy"].pk, confirmation=world["confirmation"].pk)
     response = call(client, method, url, token=token, body=body)
     want = expected[CALLERS.index(caller)]
     assert response.status_code == want, f"{caller} {method} {path}: {response.content[:300]!r}"
@@ -126,6 +132,7 @@ def test_every_api_endpoint_has_an_access_row():
     paths = api.get_openapi_schema(path_prefix="")["paths"]
     endpoints = {(method.upper(), path) for path, operations in paths.items() for method in operations}
     rows = {(method, path.replace("{run}", "{run_id}").replace("{strategy}", "{strategy_id}")
+             .replace("{confirmation}", "{confirmation_id}")
              .replace("/steps/0", "/steps/{index}")) for method, path, *_ in TABLE}  # fmt: skip
     assert endpoints == rows
 

@@ -27,9 +27,10 @@ def test_an_evaluation_lost_with_the_broker_is_sent_again(db, settings, sent_tas
     scored = make_run(status=Run.Status.SUCCEEDED, finished_at=long_ago)
     Evaluation.objects.create(run=scored, evaluator="rule", kind="rule", score=1.0)
     make_run(status=Run.Status.SUCCEEDED, finished_at=timezone.now())  # its message may still be queued
-    make_run(status=Run.Status.CANCELLED, finished_at=long_ago)  # nothing to evaluate
+    # Every ended run is evaluated, a cancelled one too (feedback/lifecycle.py).
+    cancelled = make_run(status=Run.Status.CANCELLED, finished_at=long_ago)
     with django_capture_on_commit_callbacks(execute=True):
-        assert resend_lost_evaluations() == [lost.pk]
-    assert sent() == [lost.pk]
+        assert sorted(resend_lost_evaluations()) == [lost.pk, cancelled.pk]
+    assert sorted(sent()) == [lost.pk, cancelled.pk]
     with django_capture_on_commit_callbacks(execute=True):
         assert resend_lost_evaluations() == []  # once per hold period, not every beat

@@ -118,7 +118,7 @@ def test_indices_are_contiguous_and_the_counter_follows(run):
     assert record.step_count == 4 == Run.objects.get(pk=run.pk).step_count
     # Another worker resuming the run counts from the steps, whatever the run row says.
     Run.objects.filter(pk=run.pk).update(step_count=1, tokens_in=0)
-    assert Recorder(run, LEASE).progress() == (4, False)
+    assert Recorder(run, LEASE).progress() == 4
     resumed = Recorder(run, LEASE)
     assert resumed.step(turn=2, kind=Step.Kind.THOUGHT, thought="t4", tokens_in=5).index == 4
     assert Run.objects.values_list("step_count", "tokens_in").get(pk=run.pk) == (5, 5)
@@ -140,24 +140,6 @@ def test_a_run_that_is_no_longer_running_takes_no_step(run):
     with pytest.raises(LeaseLost):
         Recorder(run, LEASE).step(turn=1, kind=Step.Kind.THOUGHT, thought="x")
     assert not run.steps.exists()
-
-
-def test_a_turn_learns_of_a_cancel_from_its_own_writes(run, django_assert_num_queries):
-    record = Recorder(run, LEASE)
-    record.start_fresh()
-    with django_assert_num_queries(1):  # nothing written yet: read
-        assert record.progress() == (0, False)
-    record.step(turn=1, kind=Step.Kind.THOUGHT, thought="x")
-    with django_assert_num_queries(0):  # the step's own UPDATE read the flag
-        assert record.progress() == (1, False)
-    Run.objects.filter(pk=run.pk).update(cancel_requested=True)  # while the next turn ran
-    record.step(turn=2, kind=Step.Kind.THOUGHT, thought="y")  # written all the same: it happened
-    with django_assert_num_queries(0):
-        assert record.progress() == (2, True)
-    # A turn that wrote nothing since the last check reads the flag again.
-    with django_assert_num_queries(1):
-        assert record.progress() == (2, True)
-    assert list(run.steps.values_list("thought", flat=True)) == ["x", "y"]
 
 
 def test_the_steps_of_a_turn_and_the_run_s_end_are_written_in_one_transaction(run, django_assert_num_queries):

@@ -5,6 +5,9 @@ RUN_STALE_AFTER_SECONDS the reaper puts the run back in the queue; the next work
 from its last recorded step (the conversation is rebuilt from the steps). Queued runs whose
 message may have been lost are sent again: a duplicate message is harmless, because only a
 conditional update from "queued" can claim a run.
+
+The reaper never ends a run (every end is feedback/lifecycle.py's): a stale run whose cancel was
+asked goes back to the queue too, and the worker that finds it there ends it as cancelled.
 """
 
 from datetime import timedelta
@@ -46,7 +49,9 @@ EVALUATION_LOOKBACK = timedelta(days=1)
 
 def resend_lost_evaluations() -> list[int]:
     """Re-send the evaluation of runs that ended a while ago and have no automatic round: the
-    message queued when they ended was lost (the broker was down). Safe to repeat, because
+    message queued when they ended was lost (the broker was down), or their worker died between
+    writing the end and queueing it. Every ended run is evaluated, cancelled ones too
+    (feedback/lifecycle.py's rule). Safe to repeat, because
     ``evaluate_run`` writes the first round only once; a cache key still limits re-sends to
     one per run per ten stale periods, so a long judge queue is not flooded."""
 
@@ -55,7 +60,7 @@ def resend_lost_evaluations() -> list[int]:
     automatic = Evaluation.objects.filter(run=OuterRef("pk")).exclude(kind=Evaluation.Kind.HUMAN)
     lost = (
         Run.objects.filter(
-            status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED],
+            status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED],
             finished_at__lt=cutoff,
             finished_at__gte=now - EVALUATION_LOOKBACK,
         )

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from feedback import queue
+from feedback import lifecycle
 from feedback.logging import current_run, current_step
 from feedback.models import Run, Step, Task, ToolConfirmation
 from feedback.privacy import mask_text
@@ -121,43 +122,35 @@ class AgentLoop:
         apply_tool_mode(self.model, self.guardrails.tool_mode)
 
     def _limit_reached(self) -> str:
-        step_count, cancel_requested = self.record.progress()
-        if cancel_requested:
+        if lifecycle.cancel_requested(run_id=self.run.pk):
             return "cancelled"
-        if step_count >= settings.AGENT_MAX_STEPS:
+        if self.record.progress() >= settings.AGENT_MAX_STEPS:
             return f"Step limit reached ({settings.AGENT_MAX_STEPS} steps) without a final answer."
         if time.monotonic() - self.started > settings.AGENT_MAX_SECONDS:
             return f"Time limit reached ({settings.AGENT_MAX_SECONDS} s) without a final answer."
         return ""
 
     def _finish(self, status: str, *, output: str = "", error: str = "", step: dict | None = None) -> None:
-        """End the run; ``step``: the fields of its last step, written with its end (one transaction)."""
-        release_run(self.run.pk)  # before the run shows as ended: nothing of it runs after that
+        """End the run (feedback/lifecycle.py); ``step``: the fields of its last step, written with
+        its end (one transaction, under the lease)."""
         # The loop is the plan's only writer: this is the stored one.
-        plan = _plan_at_end(self.run.plan or [], status)
-        ends = {"status": status, "final_output": output, "error": error, "finished_at": timezone.now(), "plan": plan}
+        fields = {"plan": _plan_at_end(self.run.plan or [], status)}
         if self.run.parent_id is None:
             # What the run (and its sub-agents, in the same folder) left: its quota and the metrics read it.
-            ends["sandbox_bytes"] = folder_bytes(self.context.workspace)
-        if step is None:
-            self.record.update_run(**ends)
-        else:
-            self.record.step(**step, run_fields=ends)
-        # The run id in the message itself: Celery's worker log format drops the context filter.
-        logger.info("run %s finished: %s %s", self.run.pk, status, error)
-        queue.run_evaluate(self.run.pk)
+            fields["sandbox_bytes"] = folder_bytes(self.context.workspace)
+
+        def write(ends: dict) -> None:
+            if step is None:
+                self.record.update_run(**ends)
+            else:
+                self.record.step(**step, run_fields=ends)
+
+        lifecycle.run_end(
+            run_id=self.run.pk, status=status, output=output, error=error, lease=self.lease, write=write, fields=fields
+        )
 
     # --- the loop -------------------------------------------------------------------------
     def execute(self) -> None:
-        try:
-            self._execute()
-        finally:
-            # The run's MCP sessions end with its execution, however it ends (an answer, a
-            # failure, a pause for a confirmation: before its status says so; a crash: here), so
-            # no server process outlives it.
-            release_run(self.run.pk)
-
-    def _execute(self) -> None:
         # _prepare writes the system prompt before any step or confirmation exists: a run
         # without one has neither, and its first turn needs no reads of them.
         fresh = not self.run.system_prompt
@@ -366,16 +359,17 @@ class AgentLoop:
                 ),
                 what="asking for a confirmation",
             )
-        release_run(self.run.pk)
-        self.record.update_run(status=Run.Status.AWAITING_CONFIRMATION, worker="")
+        if not lifecycle.run_pause(run_id=self.run.pk, lease=self.lease):
+            return  # a person asked to cancel it meanwhile: the next turn ends it (and withdraws these)
+        self.run.status, self.run.worker = Run.Status.AWAITING_CONFIRMATION, ""
         logger.info("run waits for confirmation of %s", ", ".join(c.name for c in calls))
         raise Paused
 
     def _resume_confirmed_calls(self) -> None:
         recorded = set(self.run.steps.values_list("tool_call_id", flat=True))
-        decided = self.run.confirmations.exclude(status=ToolConfirmation.Status.PENDING).exclude(
-            tool_call_id__in=recorded
-        )
+        decided = self.run.confirmations.filter(
+            status__in=[ToolConfirmation.Status.APPROVED, ToolConfirmation.Status.REJECTED]
+        ).exclude(tool_call_id__in=recorded)
         for confirmation in decided.order_by("requested_at", "pk"):
             call = ToolCall(confirmation.tool_call_id, confirmation.tool_name, json.dumps(confirmation.arguments))
             if confirmation.status == ToolConfirmation.Status.APPROVED:
@@ -412,8 +406,13 @@ def execute_run(run_id: int, *, model: ChatModel | None = None, tools: dict[str,
     worker has it: only a conditional update from "queued" claims a run."""
     lease = new_lease()
     if not claim_run(run_id, lease):
-        Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, cancel_requested=True).update(
-            status=Run.Status.CANCELLED, finished_at=timezone.now(), error="Cancelled by a user."
+        # Not claimed because a person asked to cancel it while it was queued: it ends here. (A run
+        # another worker claimed, or that has ended, is no longer queued: this changes nothing.)
+        lifecycle.run_end(
+            run_id=run_id,
+            status=Run.Status.CANCELLED,
+            error=lifecycle.CANCELLED_BY_A_USER,
+            when=Q(status=Run.Status.QUEUED, cancel_requested=True),
         )
         return
     parent_run = current_run.get()
@@ -427,6 +426,7 @@ def execute_run(run_id: int, *, model: ChatModel | None = None, tools: dict[str,
         pass
     except LeaseLost:
         logger.warning("lost the lease of run %s to another worker; stopping", run_id)
+        release_run(run_id)  # its sessions are the new worker's to open
     except Exception as exc:
         logger.exception("run crashed")
         _fail_crashed_run(run_id, lease, exc)
@@ -437,16 +437,11 @@ def execute_run(run_id: int, *, model: ChatModel | None = None, tools: dict[str,
 
 
 def _fail_crashed_run(run_id: int, lease: str, exc: Exception) -> None:
-    """Mark a crashed run failed, with the reason. The crash may have been the database
+    """End a crashed run as failed, with the reason. The crash may have been the database
     connection itself, so a dropped one is replaced first; if the database stays away, the
     heartbeat stops and the reaper re-queues the run later: it is never left half-done."""
     error = mask_text(f"Internal error: {type(exc).__name__}: {exc}")
     try:
-        retrying(
-            lambda: Run.objects.filter(pk=run_id, worker=lease, status=Run.Status.RUNNING).update(
-                status=Run.Status.FAILED, error=error, finished_at=timezone.now()
-            ),
-            what="failing a crashed run",
-        )
+        lifecycle.run_end(run_id=run_id, status=Run.Status.FAILED, error=error, lease=lease)
     except (OperationalError, InterfaceError):
         logger.error("could not mark run %s failed; the reaper will re-queue it", run_id)

@@ -7,10 +7,9 @@ refuses a second step at any index). So a step is never half-written, indices st
 and the run's counters always equal its steps. Every write under the lease survives a dropped
 connection (``retrying``).
 
-What the loop needs to know at each turn costs no query of its own: the cancel flag is read by
-the write's own UPDATE (one that requires it unset, then, only if that found no row, one that
-does not), and the steps of a turn written together, with what they change in the run's row
-(its end, its plan), share one transaction (a BEGIN, the UPDATE, the INSERTs, a COMMIT).
+The steps of a turn written together, with what they change in the run's row (its end, its
+plan), share one transaction (a BEGIN, the UPDATE, the INSERTs, a COMMIT). The cancel flag is
+not the recorder's: the loop reads it plainly at every turn (feedback/lifecycle.py).
 """
 
 import logging
@@ -131,51 +130,35 @@ class Recorder:
         # read once the run's model is known (its first step comes after _prepare records it).
         self.cost: float | None = 0.0
         self._price: costs.Price | type[_Unread] | None = _Unread
-        # Whether the run's row said a person asked to cancel it, as the last write under the lease
-        # found it (None: nothing written since the last turn's check, which must read it).
-        self._cancel_seen: bool | None = None
 
     def start_fresh(self) -> None:
         """The run was just claimed and has no steps yet."""
         self.step_count, self.tokens_in, self.tokens_out, self.cost = 0, 0, 0, 0.0
 
-    def progress(self) -> tuple[int, bool]:
-        """The run's step count, and whether a person asked to cancel it (at every turn): as the
-        turn's last write found the run's row (a turn ends with its writes), else read."""
-        if self.step_count is not None and self._cancel_seen is not None:
-            cancel_requested, self._cancel_seen = self._cancel_seen, None
-            return self.step_count, cancel_requested
-        return retrying(self._read_progress, what="reading the run's progress")
+    def progress(self) -> int:
+        """The run's step count: counted from its steps once, for a resumed run, then kept."""
+        if self.step_count is None:
+            retrying(self._read_progress, what="reading the run's progress")
+        return self.step_count
 
-    def _read_progress(self) -> tuple[int, bool]:
-        runs = Run.objects.filter(pk=self.run.pk)
-        if self.step_count is not None:
-            return self.step_count, runs.values_list("cancel_requested", flat=True).get()
+    def _read_progress(self) -> None:
         # A resumed run counts from its steps, the one record a dead worker cannot have left behind.
-        seen = runs.values("cancel_requested").annotate(
+        seen = Run.objects.filter(pk=self.run.pk).aggregate(
             last=Max("steps__index"),
             read_in=Sum("steps__tokens_in"),
             read_out=Sum("steps__tokens_out"),
             cost=Sum("steps__cost"),
             unpriced=Count("steps", filter=Q(steps__cost__isnull=True)),
-        )[0]
+        )
         self.step_count = 0 if seen["last"] is None else seen["last"] + 1
         self.tokens_in, self.tokens_out = seen["read_in"] or 0, seen["read_out"] or 0
         self.cost = None if seen["unpriced"] else seen["cost"] or 0.0
-        return self.step_count, seen["cancel_requested"]
 
     def _hold(self, **fields: Any) -> None:
         """Update the run's row under the lease (see lease.py): LeaseLost when it is no longer this
-        worker's. Inside a transaction, the row stays locked until the commit. Notes whether a
-        person asked to cancel the run: the write is made either way (what happened is recorded),
-        the loop stops at its next turn."""
-        held = Run.objects.filter(pk=self.run.pk, worker=self.lease, status=Run.Status.RUNNING)
+        worker's. Inside a transaction, the row stays locked until the commit."""
         fields["heartbeat_at"] = timezone.now()
-        if held.filter(cancel_requested=False).update(**fields):
-            self._cancel_seen = False
-        elif held.update(**fields):
-            self._cancel_seen = True
-        else:
+        if not Run.objects.filter(pk=self.run.pk, worker=self.lease, status=Run.Status.RUNNING).update(**fields):
             raise LeaseLost(f"run {self.run.pk} is no longer leased to {self.lease}")
 
     def step(

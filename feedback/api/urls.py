@@ -14,7 +14,7 @@ from django.views.decorators.common import no_append_slash
 from django.views.decorators.csp import csp_override
 from ninja import NinjaAPI, Swagger
 
-from . import errors, runs, strategies, tasks
+from . import confirmations, errors, runs, strategies, tasks
 from .auth import BearerToken
 from .throttles import TokenThrottle, document_limits
 
@@ -52,6 +52,7 @@ errors.install(api)
 api.add_router("", tasks.router)
 api.add_router("", runs.router)
 api.add_router("", strategies.router)
+api.add_router("", confirmations.router)
 
 
 def _api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from django.db import transaction
 from django.db.models import OuterRef, Subquery
 
-from feedback import costs, queue
+from feedback import costs, lifecycle
 from feedback.models import Evaluation, EvaluationProfile, Run
 
 from .evaluators import EVALUATOR_KINDS, EvaluatorError, Verdict, rule_evaluator
@@ -193,7 +193,7 @@ def evaluate_run(run_id: int, *, expected_round: int | None = None) -> list[Eval
         return []
     # The evaluators (a judge may take a minute) run outside the transaction; only the writes
     # hold the row lock.
-    results = _judge(run, run.profile_evaluators)
+    results = _judge(run, lifecycle.evaluators_for(run, run.profile_evaluators))
     with transaction.atomic():
         # Under the run's lock, its evaluations so far: whether another worker wrote this round
         # while the evaluators ran, and with the new round, the run's score and outcome.
@@ -205,16 +205,6 @@ def evaluate_run(run_id: int, *, expected_round: int | None = None) -> list[Eval
             return []  # another worker wrote this round while the evaluators ran
         rows = Evaluation.objects.bulk_create(Evaluation(run=run, round=round_number, **r) for r in results)
         verdicts = before + [{name: getattr(row, name) for name in _VERDICT_FIELDS} for row in rows]
-        run.score = composite_score(run, verdicts)
-        run.outcome = run_outcome(run, verdicts)
-        run.save(update_fields=["score", "outcome"])
-        # Once they are committed (OTEL_EXPORT_RUNS): the run's trace with its first round; a
-        # later round as spans of its own, since the run's spans are never sent again. A run
-        # cancelled before it ran or while it waited was sent at its cancel (run_cancel), and
-        # only a reviewer evaluates it.
-        sent_at_cancel = expected_round is not None and run.status == Run.Status.CANCELLED
-        if automatic or sent_at_cancel:
-            queue.evaluations_export([row.pk for row in rows])
-        else:
-            queue.run_export(run_id)
+        # The run's score and outcome, and what follows them (the export), committed with the round.
+        lifecycle.run_scored(run=run, evaluations=rows, rows=verdicts)
     return rows

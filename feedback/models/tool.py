@@ -33,12 +33,15 @@ class ToolSetting(models.Model):
 
 
 class ToolConfirmation(models.Model):
-    """A sensitive tool call waiting for, or decided by, a person."""
+    """A sensitive tool call waiting for, or decided by, a person; or withdrawn, when its run
+    ended first (feedback/lifecycle.py): ``decided_at`` then says when, ``reason`` why and
+    ``decided_by`` who cancelled the run, if a person did."""
 
     class Status(models.TextChoices):
         PENDING = "pending", _("Pending")
         APPROVED = "approved", _("Approved")
         REJECTED = "rejected", _("Rejected")
+        WITHDRAWN = "withdrawn", _("Withdrawn")
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="confirmations")
     turn = models.PositiveIntegerField()

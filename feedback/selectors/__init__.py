@@ -6,6 +6,7 @@ Every query is re-exported here, so ``selectors.X`` reads as before. The run lis
 """
 
 from .alerts import alert_incidents, alert_rules
+from .confirmations import confirmations_waiting
 from .disk import disk_figures
 from .evaluation import DISAGREEMENT, LOW_SCORE, review_queue, run_evaluations
 from .run_listing import (
@@ -37,6 +38,7 @@ __all__ = [
     "RunPage",
     "alert_incidents",
     "alert_rules",
+    "confirmations_waiting",
     "disk_figures",
     "filter_runs",
     "newer_runs",

@@ -11,10 +11,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_POST
 
-from feedback import services
+from feedback import selectors, services
 from feedback.forms import ConfirmationForm
 from feedback.models import Run, ToolConfirmation
 from feedback.privacy import unmask_emails
@@ -70,12 +70,32 @@ def _shown(name: str, value: object, files: Path | None) -> ShownArgument:
     return ShownArgument(label=str(ARGUMENT_LABELS.get(name, name)), text=real, revealed=real != text)
 
 
+def decided_message(decided: services.ConfirmationDecided, *, approve: bool) -> str:
+    """What a decision did, as it did it: the run resumes only when nothing else of it waits."""
+    values = {"id": decided.confirmation.run_id, "count": decided.waiting}
+    if decided.waiting:
+        if approve:
+            text = ngettext(
+                "Approved: run #%(id)s still waits for %(count)d other call.",
+                "Approved: run #%(id)s still waits for %(count)d other calls.",
+                decided.waiting,
+            )
+        else:
+            text = ngettext(
+                "Refused: run #%(id)s still waits for %(count)d other call.",
+                "Refused: run #%(id)s still waits for %(count)d other calls.",
+                decided.waiting,
+            )
+        return text % values
+    if approve:
+        return _("Approved: run #%(id)s resumes.") % values
+    return _("Refused: run #%(id)s continues without it.") % values
+
+
 @permission_required("feedback.view_toolconfirmation", raise_exception=True)
 def confirmation_list(request: HttpRequest) -> HttpResponse:
     pending = with_arguments_shown(
-        ToolConfirmation.objects.filter(status=ToolConfirmation.Status.PENDING)
-        .select_related("run", "run__task", "run__task__workspace")
-        .order_by("requested_at"),
+        selectors.confirmations_waiting().select_related("run", "run__task", "run__task__workspace"),
         user=request.user,
     )
     recent = (
@@ -99,16 +119,15 @@ def confirmation_decide(request: HttpRequest, confirmation_id: int) -> HttpRespo
     else:
         approve = form.cleaned_data["decision"] == "approve"
         try:
-            services.confirmation_decide(
+            decided = services.confirmation_decide(
                 confirmation=confirmation, user=request.user, approve=approve, reason=form.cleaned_data["reason"]
             )
-        except services.AlreadyDecided:
-            messages.warning(request, _("This call was already decided by someone else."))
+        except services.AlreadyDecided as first:
+            messages.warning(request, str(first))
+        except services.StaleConfirmation as stale:
+            messages.error(request, str(stale))
         else:
-            if approve:
-                messages.success(request, _("Approved: run #%(id)s resumes.") % {"id": confirmation.run_id})
-            else:
-                messages.success(request, _("Refused: run #%(id)s continues without it.") % {"id": confirmation.run_id})
+            messages.success(request, decided_message(decided, approve=approve))
     next_url = request.POST.get("next", "")
     if url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):
         return redirect(next_url)

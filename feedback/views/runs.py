@@ -342,7 +342,11 @@ def _timing(run: Run, confirmations: list[ToolConfirmation]) -> dict:
 def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _visible_run(request, run_id)
     if services.run_cancel(run=run, user=request.user):
-        messages.success(request, _("Run #%(id)s will stop.") % {"id": run.pk})
+        run.refresh_from_db(fields=["status"])
+        if run.status == Run.Status.CANCELLED:
+            messages.success(request, _("Run #%(id)s is cancelled.") % {"id": run.pk})
+        else:  # running: its loop stops at its next turn
+            messages.success(request, _("Run #%(id)s will stop.") % {"id": run.pk})
     else:
         messages.info(request, _("Run #%(id)s had already ended.") % {"id": run.pk})
     return redirect("feedback-run-detail", run_id=run.pk)
