@@ -74,10 +74,14 @@ def test_every_endpoint_has_the_token_limit(client, operator):
     assert call(client, "GET", "/me", token=token).status_code == 200
     document = client.get("/api/v1/openapi.json").json()
     operations = [(method, path) for path, ops in document["paths"].items() for method in ops]
-    assert len(operations) == 14
+    assert len(operations) == 16
     for method, path in operations:
         url = (
-            path.removeprefix("/api/v1").replace("{run_id}", "1").replace("{strategy_id}", "1").replace("{index}", "0")
+            path.removeprefix("/api/v1")
+            .replace("{run_id}", "1")
+            .replace("{strategy_id}", "1")
+            .replace("{index}", "0")
+            .replace("{confirmation_id}", "1")
         )
         answer = call(client, method, url, token=token, body={} if method == "post" else None)
         assert answer.status_code == 429, (method, path, answer.content)
@@ -90,7 +94,7 @@ def test_the_openapi_document_states_the_limits(client):
     assert "`API_RATE_LIMIT` requests (here `100/hour`" in document["info"]["description"]
     assert "`API_AUTH_FAILURE_LIMIT` times (here `5/10min`)" in document["info"]["description"]
     answers = [op["responses"]["429"] for ops in document["paths"].values() for op in ops.values()]
-    assert len(answers) == 14
+    assert len(answers) == 16
     for answer in answers:
         header = answer["headers"]["Retry-After"]
         assert header["required"] is True and header["schema"] == {"type": "integer", "minimum": 1}

@@ -190,7 +190,7 @@ def test_the_migration_withdraws_the_calls_runs_left_pending_when_they_ended(sta
     left = ToolConfirmation.objects.create(run=cancelled, turn=1, tool_call_id="c1", tool_name="send_reply")
     live = ToolConfirmation.objects.create(run=waiting, turn=1, tool_call_id="c1", tool_name="send_reply")
 
-    migration = importlib.import_module("feedback.migrations.0031_confirmation_withdrawn")
+    migration = importlib.import_module("feedback.migrations.0033_confirmation_withdrawn")
     migration.withdraw_stale(apps, None)
 
     left.refresh_from_db()

@@ -252,8 +252,10 @@ def test_a_running_run_s_cancel_is_only_asked_and_its_loop_reads_it_at_each_turn
         execute_run(run.pk, model=Script(call("calculator", expression="2+2"), cancel_and_look))
     run.refresh_from_db()
     assert flags == [(Run.Status.RUNNING, True)]
-    # The turn after the cancel wrote its step, then the next one read the flag and ended the run.
-    assert (run.status, run.step_count) == (Run.Status.CANCELLED, 2)
+    # The turn after the cancel wrote its steps (model call, tool call), then the next one read the flag
+    # and ended the run before calling the model again.
+    assert (run.status, run.step_count) == (Run.Status.CANCELLED, 4)
+    assert list(run.steps.order_by("index").values_list("kind", flat=True)) == ["thought", "tool_call"] * 2
     assert run.error == "Cancelled by a user."
 
 

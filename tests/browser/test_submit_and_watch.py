@@ -25,7 +25,10 @@ def test_staff_submit_a_task_and_watch_it_succeed(page, live_server, celery_work
     # The page refreshes itself (htmx polling) until the worker has finished the run.
     expect(page.locator("#run-status")).to_have_text("Answered", timeout=30_000)
     expect(page.locator("#final-output")).to_contain_text("It has 80 words")
-    expect(page.locator("ol.trace > li")).to_have_count(5)
+    expect(page.locator("ol.trace > li")).to_have_count(6)
+    # Every model call is a step of its own: two model calls, three tool calls, the answer.
+    kinds = Run.objects.get().steps.order_by("index").values_list("kind", flat=True)
+    assert " ".join(kinds) == "thought tool_call tool_call thought tool_call final"
     expect(page.locator("ol.plan > li")).to_have_count(3)
     expect(page.get_by_role("button", name="Re-run")).to_be_visible()
     expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
