@@ -106,7 +106,7 @@ def me(request: HttpRequest) -> dict:
 
 @router.get("/metrics", response={200: MetricsOut, **refusals(400)}, tags=["metrics"], summary="Metrics summary")
 def read_metrics(request: HttpRequest, filters: Query[MetricsQuery]) -> dict:
-    """The metrics page's figures (definitions in the README) over the last ``days``, per ``day`` or
+    """The metrics page's figures (definitions in docs/evaluation.md) over the last ``days``, per ``day`` or
     ``week``: the window's totals, each period's, and per tool; and the disk now."""
     require_perm(user_of(request), "feedback.view_metrics")
     form = MetricsFilterForm({k: str(v) for k, v in filters.model_dump(exclude_none=True).items()})

@@ -1,4 +1,4 @@
-"""The metric definitions: each written down once, in this package, and documented in the README
+"""The metric definitions: each written down once, in this package, and documented in docs/evaluation.md
 (Metric definitions). Only production runs count (``Run.purpose``): experiment and playground
 runs never enter a metric, a daily row or a live count.
 
