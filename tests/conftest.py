@@ -110,6 +110,23 @@ def demo_workspace(db):
 
 
 @pytest.fixture
+def endpoint(settings):
+    """A local OpenAI-compatible endpoint (tests/fake_openai.py) as the agent's model, with retries
+    fast enough for tests. A test file that needs other settings overrides this fixture."""
+    from .fake_openai import FakeOpenAI
+
+    with FakeOpenAI() as server:
+        settings.LLM_BACKEND = "openai"
+        settings.OPENAI_BASE_URL = server.base_url
+        settings.OPENAI_API_KEY = "test-key"
+        settings.LLM_MODEL = "test-model"
+        settings.LLM_BACKOFF_SECONDS = 0.01
+        settings.LLM_MAX_ATTEMPTS = 3
+        settings.LLM_TIMEOUT_SECONDS = 5
+        yield server
+
+
+@pytest.fixture
 def judge_server(settings):
     """A local OpenAI-compatible endpoint, configured as the judge's endpoint."""
     from .judge_server import JudgeServer

@@ -8,22 +8,9 @@ from feedback.agent.loop import execute_run
 from feedback.models import Run, Step, Task
 
 from .factories import make_run
-from .fake_openai import FakeOpenAI, call, completion, error
+from .fake_openai import call, completion, error
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def endpoint(settings):
-    with FakeOpenAI() as server:
-        settings.LLM_BACKEND = "openai"
-        settings.OPENAI_BASE_URL = server.base_url
-        settings.OPENAI_API_KEY = "test-key"
-        settings.LLM_MODEL = "test-model"
-        settings.LLM_BACKOFF_SECONDS = 0.01
-        settings.LLM_MAX_ATTEMPTS = 3
-        settings.LLM_TIMEOUT_SECONDS = 5
-        yield server
 
 
 def run_task(text="What is 2 + 2?", kind=Task.Kind.ARITHMETIC, **kwargs) -> Run:

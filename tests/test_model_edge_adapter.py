@@ -19,7 +19,7 @@ from feedback.models import Run
 from feedback.strategies.proposals import mine_and_propose
 
 from .factories import make_run
-from .fake_openai import FakeOpenAI, call, completion, embeddings, error
+from .fake_openai import call, completion, embeddings, error
 from .test_strategy_proposals import leaky_history
 
 pytestmark = pytest.mark.django_db
@@ -30,17 +30,12 @@ ASK = [{"role": "system", "content": "You are an agent."}, {"role": "user", "con
 
 
 @pytest.fixture
-def endpoint(settings):
-    with FakeOpenAI() as server:
-        settings.LLM_BACKEND = "openai"
-        settings.OPENAI_BASE_URL = server.base_url
-        settings.OPENAI_API_KEY = KEY
-        settings.LLM_MODEL = settings.LLM_JUDGE_MODEL = "test-model"
-        settings.LLM_BACKOFF_SECONDS = 0.01
-        settings.LLM_MAX_ATTEMPTS = 3
-        settings.LLM_TIMEOUT_SECONDS = 5
-        settings.LLM_GRAMMAR_SAFE_SCHEMAS = "off"
-        yield server
+def endpoint(endpoint, settings):
+    """The shared endpoint, also as the judge, with this file's key and full schemas."""
+    settings.OPENAI_API_KEY = KEY
+    settings.LLM_JUDGE_MODEL = "test-model"
+    settings.LLM_GRAMMAR_SAFE_SCHEMAS = "off"
+    return endpoint
 
 
 def test_every_use_reaches_the_one_configured_endpoint_with_its_key(endpoint, settings):

@@ -11,25 +11,13 @@ from feedback.agent.loop import execute_run
 from feedback.models import Run, Step, Task
 
 from .factories import make_run
-from .fake_openai import FakeOpenAI, call, completion
+from .fake_openai import call, completion
 from .test_strategy_lifecycle import make_strategy
 
 pytestmark = pytest.mark.django_db
 
 NO_SUCH_FILE = "No such file: 'release-notes.txt'. List the directory to see which files exist."
 PRECONDITION = [{"type": "tool_precondition", "tool": "read_text_file", "requires": "list_directory"}]
-
-
-@pytest.fixture
-def endpoint(settings):
-    with FakeOpenAI() as server:
-        settings.LLM_BACKEND = "openai"
-        settings.OPENAI_BASE_URL = server.base_url
-        settings.OPENAI_API_KEY = "test-key"
-        settings.LLM_MODEL = "test-model"
-        settings.LLM_BACKOFF_SECONDS = 0.01
-        settings.LLM_TIMEOUT_SECONDS = 5
-        yield server
 
 
 def summarise(workspace) -> Run:

@@ -16,25 +16,12 @@ from feedback.agent.loop import execute_run
 from feedback.models import Run, Step
 
 from .factories import make_run
-from .fake_openai import FakeOpenAI, call, completion, error
+from .fake_openai import call, completion, error
 from .test_otel_export import receiver  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.django_db
 MODEL_STEPS = (Step.Kind.THOUGHT, Step.Kind.FINAL, Step.Kind.MODEL_ERROR)
 DELAY = 0.15  # seconds the server takes to answer each model call
-
-
-@pytest.fixture
-def endpoint(settings):
-    with FakeOpenAI() as server:
-        settings.LLM_BACKEND = "openai"
-        settings.OPENAI_BASE_URL = server.base_url
-        settings.OPENAI_API_KEY = "test-key"
-        settings.LLM_MODEL = "test-model"
-        settings.LLM_BACKOFF_SECONDS = 0.01
-        settings.LLM_MAX_ATTEMPTS = 3
-        settings.LLM_TIMEOUT_SECONDS = 5
-        yield server
 
 
 def slow(reply: dict) -> dict:
