@@ -10,8 +10,8 @@ import pytest
 from tenacity import RetryCallState
 
 from feedback.agent.llm import call_model, get_model
-from feedback.agent.llm.adapter import json_completion
 from feedback.agent.llm.calls import backoff
+from feedback.agent.llm.formats import json_completion
 from feedback.agent.retrieval import embedding_scores
 from feedback.agent.tools import BUILTIN_TOOLS
 from feedback.evaluation.judge import llm_judge

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db.models import Count, Q
 
 from feedback.agent.llm import use_endpoint
-from feedback.agent.llm.adapter import FormatError, json_completion
+from feedback.agent.llm.formats import FormatError, json_completion
 from feedback.models import Run, Step
 from feedback.models.evaluation import OFFLINE_JUDGE_NAME
 

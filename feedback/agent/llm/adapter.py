@@ -14,14 +14,12 @@ sees replies (tool calls, text, or an unusable reply with the reason) and nothin
   it would call, before the run has used any tool but the plan, is asked again with that tool's
   call forced (``tool_choice``), which the server then writes by the tool's schema.
 - **Cut off** at the length limit: unusable (half a call is nothing to act on).
-- **Refused response formats** (json_completion): a JSON Schema response, then a JSON object, then
-  the prompt alone, as the endpoint refuses each; a refused format is not asked for again.
+- **Refused response formats**: in formats.py (structured answers for the judge and proposals).
 """
 
 import json
 import logging
 import re
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,7 +32,7 @@ from .reply import LLMError, LLMReply, ToolCall
 logger = logging.getLogger(__name__)
 
 
-def _create(client: Any, **kwargs: Any) -> Any:
+def create(client: Any, **kwargs: Any) -> Any:
     """One chat completion; the SDK's errors as LLMError, retryable or not."""
     import openai
 
@@ -52,7 +50,7 @@ def _create(client: Any, **kwargs: Any) -> Any:
         raise LLMError(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _usage(response: Any) -> dict[str, int]:
+def usage(response: Any) -> dict[str, int]:
     usage = getattr(response, "usage", None)
     return {
         "tokens_in": getattr(usage, "prompt_tokens", 0) or 0,
@@ -90,7 +88,7 @@ class EndpointModel:
                 return self._complete_json(messages, tools)
             raise
 
-    def _create(self, *, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+    def create(self, *, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
         # Content always a string: OpenAI takes null beside tool calls, but llama-cpp-python's
         # server answers it with a 500 (on every turn after the first call).
         kwargs["messages"] = [m if m.get("content") is not None else {**m, "content": ""} for m in messages]
@@ -98,7 +96,7 @@ class EndpointModel:
             kwargs["max_tokens"] = self.max_tokens
         if settings.LLM_TEMPERATURE is not None:
             kwargs["temperature"] = settings.LLM_TEMPERATURE
-        return _create(self._client, model=self.name, **kwargs)
+        return create(self._client, model=self.name, **kwargs)
 
     def _complete_native(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
         import openai
@@ -106,7 +104,7 @@ class EndpointModel:
         omit = openai.omit
         # tool_choice said outright: llama-cpp-python's function-calling chat format renders no
         # tools at all without it, so the model never learns it has any.
-        response = self._create(messages=messages, tools=tools or omit, tool_choice="auto" if tools else omit)
+        response = self.create(messages=messages, tools=tools or omit, tool_choice="auto" if tools else omit)
         reply = _calls_in_text(self._native_reply(response), tools, turn_id=getattr(response, "id", "") or "text")
         chosen = "" if reply.tool_calls else chosen_in_text(reply.content, tools, messages)
         if chosen is None:
@@ -116,7 +114,7 @@ class EndpointModel:
             )  # fmt: skip
         if chosen:
             forced = {"type": "function", "function": {"name": chosen}}
-            second = self._native_reply(self._create(messages=messages, tools=tools, tool_choice=forced))
+            second = self._native_reply(self.create(messages=messages, tools=tools, tool_choice=forced))
             reply = LLMReply(
                 content=second.content, tool_calls=second.tool_calls, unusable=second.unusable,
                 tokens_in=reply.tokens_in + second.tokens_in, tokens_out=reply.tokens_out + second.tokens_out,
@@ -125,7 +123,7 @@ class EndpointModel:
 
     def _native_reply(self, response: Any) -> LLMReply:
         if not response.choices:
-            return LLMReply(**_usage(response))
+            return LLMReply(**usage(response))
         choice = response.choices[0]
         message = choice.message
         calls = [
@@ -134,17 +132,17 @@ class EndpointModel:
             if getattr(c, "function", None) is not None
         ]
         return LLMReply(
-            content=message.content or "", tool_calls=calls, unusable=self._cut_off(choice), **_usage(response)
+            content=message.content or "", tool_calls=calls, unusable=self._cut_off(choice), **usage(response)
         )
 
     def _complete_json(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMReply:
         self._calls += 1
-        response = self._create(messages=json_mode_messages(messages, tools))
+        response = self.create(messages=json_mode_messages(messages, tools))
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content or "") if choice else ""
         reply = parse_json_reply(text, turn_id=f"json-{self._calls}")
         unusable = (self._cut_off(choice) if choice else "") or reply.unusable
-        return LLMReply(content=reply.content, tool_calls=reply.tool_calls, unusable=unusable, **_usage(response))
+        return LLMReply(content=reply.content, tool_calls=reply.tool_calls, unusable=unusable, **usage(response))
 
     def _cut_off(self, choice: Any) -> str:
         """Why a reply that hit the token limit is unusable (the model can be told to be brief)."""
@@ -347,74 +345,3 @@ def parse_json_reply(text: str, turn_id: str) -> LLMReply:
 
 
 # --- a JSON answer, in the strictest response format the endpoint takes ---------------------------
-# Strictest first. llama.cpp's server answers a json_schema response format with a 500, some
-# servers refuse json_object too; the prompt alone always goes.
-RESPONSE_FORMATS = ("json_schema", "json_object", "prompt")
-# Formats an endpoint (base URL, model) refused while a looser one then worked: not asked for
-# again by this process, so each request costs one call, not three.
-_refused_formats: set[tuple[str, str, str]] = set()
-# Statuses that say "not this request" rather than "not now": a 429 or a gateway's 502-504 is an
-# outage, and trying a looser format would hide it.
-_REFUSALS = frozenset({400, 404, 415, 422, 500, 501})
-_OBJECT = re.compile(r"\{.*\}", re.S)
-
-
-@dataclass(frozen=True)
-class JSONAnswer:
-    text: str  # the reply's JSON: all of it under a format; the outermost braces of a prompt-only one
-    response_format: str
-    refused: list[str]  # the formats refused on the way, "json_schema: 500"
-    tokens_in: int
-    tokens_out: int
-
-
-class FormatError(LLMError):
-    """No format was answered; ``refused``: those refused before the failure."""
-
-    def __init__(self, error: LLMError, refused: list[str]) -> None:
-        super().__init__(str(error), retryable=error.retryable, timed_out=error.timed_out)
-        self.refused = refused
-
-
-def _response_format(kind: str, name: str, schema: dict) -> Any:
-    if kind == "json_schema":
-        return {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}
-    return {"type": "json_object"} if kind == "json_object" else None
-
-
-def _said(refused: list[tuple[str, int]]) -> list[str]:
-    return [f"{kind}: {status}" for kind, status in refused]
-
-
-def json_completion(
-    *, model: str, messages: list[dict[str, str]], schema: dict, name: str, **options: Any
-) -> JSONAnswer:
-    """One JSON answer from ``model``, asked for as ``schema`` (named ``name``) in the strictest
-    format the endpoint takes; FormatError when it answers none."""
-    import openai
-
-    from .client import openai_client
-
-    client, endpoint = openai_client(), (settings.OPENAI_BASE_URL, model)
-    refused: list[tuple[str, int]] = []
-    for kind in RESPONSE_FORMATS:
-        if (*endpoint, kind) in _refused_formats:
-            continue
-        response_format = _response_format(kind, name, schema)
-        extra = {"response_format": response_format} if response_format is not None else {}
-        try:
-            response = _create(client, model=model, messages=messages, **options, **extra)
-        except LLMError as exc:
-            status = getattr(exc.__cause__, "status_code", None)
-            if isinstance(exc.__cause__, openai.APIStatusError) and status in _REFUSALS and kind != "prompt":
-                refused.append((kind, status))
-                continue
-            raise FormatError(exc, _said(refused)) from exc
-        break
-    # A looser format answered: the stricter ones were refused for what they are, not by chance.
-    _refused_formats.update((*endpoint, refused_kind) for refused_kind, _ in refused)
-    content = (response.choices[0].message.content if response.choices else None) or ""
-    if kind == "prompt":  # a model may wrap its JSON in prose or a code fence
-        found = _OBJECT.search(content)
-        content = found.group(0) if found else content
-    return JSONAnswer(text=content, response_format=kind, refused=_said(refused), **_usage(response))
