@@ -98,3 +98,43 @@ def test_a_real_tool_call_through_the_local_model(local_model, settings, demo_wo
         assert "499" in run.final_output
     else:
         assert run.error  # a step limit after the call is said, not swallowed
+
+
+def test_a_real_model_call_through_a_strategy_injected_prompt(local_model, settings, demo_workspace):
+    """The loop's point on a real model: a live strategy's guidance and worked example reach the
+    prompt the real server answers, and the run records which strategy it got."""
+    from feedback.models import AppliedStrategy, Strategy, StrategyVersion
+
+    settings.LLM_BACKEND = "openai"
+    settings.OPENAI_BASE_URL = local_model
+    settings.LLM_MODEL = "qwen2.5-coder-1.5b"
+    settings.LLM_TIMEOUT_SECONDS = 300
+    settings.LLM_MAX_TOKENS = 256
+    settings.LLM_TEMPERATURE = 0.0
+    settings.LLM_EMBEDDING_MODEL = ""
+    settings.TOOL_RETRIEVAL_THRESHOLD, settings.TOOL_RETRIEVAL_LIMIT = 4, 1
+    settings.AGENT_MAX_STEPS = 4
+    guidance = (
+        "Never compute in your head: pass the whole expression to the calculator tool, then answer with its value."
+    )
+    example = 'Task: what is 6 * 7 + 1?\nCall calculator(expression="6 * 7 + 1") -> 43\nAnswer: 43'
+    strategy = Strategy.objects.create(title="Use the calculator", pattern_kind="manual", status=Strategy.Status.ACTIVE)
+    strategy.current_version = StrategyVersion.objects.create(
+        strategy=strategy, number=1, title=strategy.title, pattern="unevaluated expression",
+        new_guidance=guidance, worked_example=example, condition={"task_kinds": ["arithmetic"]},
+    )  # fmt: skip
+    strategy.save()
+
+    run = make_run(text="What is 37 * 14 - 9?", kind=Task.Kind.ARITHMETIC, workspace=demo_workspace)
+    execute_run(run.pk)
+    run.refresh_from_db()
+    assert guidance in run.system_prompt and "6 * 7 + 1" in run.system_prompt
+    assert list(run.applied_strategies.values_list("strategy_version", "arm")) == [
+        (strategy.current_version.pk, AppliedStrategy.Arm.ACTIVE)
+    ]
+    # The real server answered that prompt: a model call recorded as a step, with its usage. Whether
+    # a 1.5B model follows the guidance is what experiments measure (docs/local-model.md), not this.
+    assert run.tokens_in > 0 and run.tokens_out > 0
+    model_steps = run.steps.filter(kind__in=(Step.Kind.THOUGHT, Step.Kind.FINAL))
+    assert model_steps.exists() and model_steps.first().duration_ms > 0
+    assert run.status in (Run.Status.SUCCEEDED, Run.Status.FAILED) and (run.final_output or run.error)
