@@ -113,7 +113,9 @@ def _duplicate_upload(name: str, first: str) -> forms.ValidationError:
 
 
 class TaskForm(forms.Form):
-    kind = forms.ChoiceField(label=_("Kind"), choices=Task.Kind.choices, initial=Task.Kind.GENERAL)
+    # Defaults that succeed: a newcomer who types the placeholder's task and submits gets a run that
+    # answers it (file analysis in the shared demo workspace), not a general task with no files.
+    kind = forms.ChoiceField(label=_("Kind"), choices=Task.Kind.choices, initial=Task.Kind.FILE_ANALYSIS)
     text = forms.CharField(
         label=_("Task"),
         max_length=Task.TEXT_MAX_LENGTH,
@@ -165,6 +167,9 @@ class TaskForm(forms.Form):
             field = self.fields["workspace"]
             field.queryset = workspaces_usable_by(user)
             field.label_from_instance = _workspace_label
+        if not self.is_bound and "workspace" not in self.initial:
+            shared = Workspace.objects.filter(owner=None)
+            self.initial["workspace"] = (shared.filter(name="demo").first() or shared.first() or Workspace()).pk
 
     def clean_files(self) -> list[UploadedFile]:
         files = self.cleaned_data.get("files") or []
