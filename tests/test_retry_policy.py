@@ -6,20 +6,23 @@ test_model_edge_adapter.py); tasks retry with Celery's autoretry (the OTel expor
 
 import logging
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, OperationalError
+from django.utils import timezone
 
 from agentsite.celery import app
 from feedback.agent import invoker, recorder
 from feedback.agent.tools import Tool, ToolContext, ToolError
 from feedback.alerts import alert_deliver, alerts_evaluate
 from feedback.alerts.delivery import alert_deliveries_resend
-from feedback.models import AlertDelivery, Run
+from feedback.metrics.daily import rebuild
+from feedback.models import AlertDelivery, DailyRunStats, Run
 from feedback.retrying import TransientError
 from feedback.tasks import alert_deliver_task, evaluations_export_task, run_export_task
 
-from .factories import make_run
+from .factories import make_finished_run, make_run
 from .otlp_receiver import OTLPReceiver
 from .test_alerts import _attempts, _minutes_ago, _stuck_rule
 from .webhook_receiver import WebhookReceiver
@@ -247,3 +250,39 @@ def test_an_alert_waiting_for_its_retry_is_not_sent_again_by_beat(delivery_to):
         # The attempt alone, as the worker makes it before Celery holds the retry's message.
         assert alert_deliver(delivery_id=delivery.pk).outcome == "retry"
     assert alert_deliveries_resend() == []  # its retry is in the broker, due within its backoff
+
+
+# --- a closed day's rebuild beside another (tenacity, once more at once) -------------------------
+def _rebuild_refused(monkeypatch, times: int) -> list[int]:
+    """The daily table refuses the first ``times`` inserts, as when another rebuild of the same
+    days wrote its rows after this one deleted them."""
+    calls: list[int] = []
+    insert = DailyRunStats.objects.bulk_create
+
+    def bulk_create(rows, **kwargs):
+        calls.append(1)
+        if len(calls) <= times:
+            raise IntegrityError("duplicate key value violates unique constraint")
+        return insert(rows, **kwargs)
+
+    monkeypatch.setattr(DailyRunStats.objects, "bulk_create", bulk_create)
+    return calls
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rebuild_beside_another_counts_once_more(monkeypatch):
+    yesterday = timezone.localdate() - timedelta(days=1)
+    make_finished_run(created_at=timezone.now() - timedelta(days=1), score=0.5)
+    calls = _rebuild_refused(monkeypatch, times=1)
+    assert rebuild(since_day=yesterday, until_day=timezone.localdate()) > 0
+    assert len(calls) == 2 and DailyRunStats.objects.filter(day=yesterday).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rebuild_refused_twice_gives_up(monkeypatch):
+    yesterday = timezone.localdate() - timedelta(days=1)
+    make_finished_run(created_at=timezone.now() - timedelta(days=1), score=0.5)
+    calls = _rebuild_refused(monkeypatch, times=5)
+    with pytest.raises(IntegrityError):
+        rebuild(since_day=yesterday, until_day=timezone.localdate())
+    assert len(calls) == 2
