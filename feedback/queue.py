@@ -30,13 +30,11 @@ EVALUATIONS_EXPORT = "feedback.tasks.evaluations_export_task"
 _NOT_RESENT = {RUN_EXPORT, EVALUATIONS_EXPORT}
 
 
-def _after_commit(name: str, *args: Any, countdown: float | None = None, **kwargs: Any) -> None:
-    options = {} if countdown is None else {"countdown": countdown}
-
+def _after_commit(name: str, *args: Any, **kwargs: Any) -> None:
     def send() -> None:
         then = "is not sent again" if name in _NOT_RESENT else "will be sent again by the reaper"
         try:
-            app.send_task(name, args, kwargs, **options)
+            app.send_task(name, args, kwargs)
         except (BrokerError, OSError):
             logger.warning("the broker is unavailable; %s%s %s", name, args, then)
         except Exception:
@@ -86,7 +84,7 @@ def demo_loop(*, tasks_per_phase: int, lock_token: str) -> None:
     app.send_task(DEMO_LOOP, (tasks_per_phase, lock_token))
 
 
-def alert_deliver(delivery_id: int, *, countdown: float | None = None) -> None:
-    """Have a worker make the next attempt of an alert's notification (``countdown``: a retry's
-    wait). A lost message is sent again by beat's evaluation of the alerts (alerts/delivery.py)."""
-    _after_commit(ALERT_DELIVER, delivery_id, countdown=countdown)
+def alert_deliver(delivery_id: int) -> None:
+    """Have a worker make the first attempt of an alert's notification (the task retries the
+    others itself). A lost message is sent again by beat's evaluation of the alerts (alerts/delivery.py)."""
+    _after_commit(ALERT_DELIVER, delivery_id)

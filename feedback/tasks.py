@@ -1,7 +1,7 @@
 """Celery tasks: they take an id, stay thin and call the code that does the work."""
 
 import logging
-import random
+from collections.abc import Callable
 
 from celery import shared_task
 from django.conf import settings
@@ -9,6 +9,9 @@ from django.conf import settings
 from feedback.agent.checkpoint import reap_stale_runs, resend_lost_evaluations
 from feedback.agent.loop import execute_run
 from feedback.alerts import alert_deliver, alerts_evaluate
+from feedback.alerts.delivery import RETRY_BACKOFF_MAX_SECONDS, DeliveryFailed
+from feedback.models import AlertAttempt
+from feedback.retrying import SettingsRetries, TransientError
 
 logger = logging.getLogger(__name__)
 
@@ -34,38 +37,50 @@ def run_evaluate_task(run_id: int, expected_round: int | None = None) -> None:
     evaluate_run(run_id, expected_round=expected_round)
 
 
-def _export_retried(task, export, what: str) -> None:
-    # Imported here: the OpenTelemetry SDK is the exporting worker's business alone.
-    from feedback.otel_export import ExportFailed, ExportNotReady
+class _ExportTask(SettingsRetries):
+    """The OTel exports: ExportFailed (a TransientError) retried by Celery (exponential backoff from 5 s to 10
+    minutes, full jitter), OTEL_EXPORT_RETRIES times; then given up on quietly (telemetry is never
+    anyone else's failure: the task ends well, with an error logged)."""
 
-    try:
-        export()
-    except ExportFailed as exc:
-        retries = task.request.retries
-        if retries >= settings.OTEL_EXPORT_RETRIES:
-            logger.error("%s was not exported after %s attempts: %s", what, retries + 1, exc)
-            return  # telemetry: given up on, never anyone else's failure
-        log = logger.info if isinstance(exc, ExportNotReady) else logger.warning
-        log("%s not exported (attempt %s): %s; trying again", what, retries + 1, exc)
-        # Exponential backoff with equal jitter, as for the model's calls.
-        backoff = min(600, 5 * 2**retries)
-        raise task.retry(countdown=backoff / 2 + random.uniform(0, backoff / 2), max_retries=None) from exc
+    max_retries_setting = "OTEL_EXPORT_RETRIES"
+
+    def export(self, export: Callable[[], None], what: str) -> None:
+        # Imported here: the OpenTelemetry SDK is the exporting worker's business alone.
+        from feedback.otel_export import ExportNotReady
+
+        try:
+            export()
+        except TransientError as exc:
+            tried = self.request.retries + 1
+            if self.request.retries >= self.max_retries:
+                logger.error("%s was not exported after %s attempts: %s", what, tried, exc)
+                return
+            log = logger.info if isinstance(exc, ExportNotReady) else logger.warning
+            log("%s not exported (attempt %s): %s; trying again", what, tried, exc)
+            raise  # autoretry_for: Celery queues the next attempt after its backoff
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True, soft_time_limit=300)
+_EXPORT_RETRIES = {
+    "base": _ExportTask, "bind": True, "autoretry_for": (TransientError,), "retry_backoff": 5,
+    "retry_backoff_max": 600, "retry_jitter": True,
+    "acks_late": True, "reject_on_worker_lost": True, "ignore_result": True, "soft_time_limit": 300,
+}  # fmt: skip
+
+
+@shared_task(**_EXPORT_RETRIES)
 def run_export_task(self, run_id: int) -> None:
     # Idempotent (the same span ids every time): safe to redeliver and to retry.
     from feedback.otel_export import run_trace_export
 
-    _export_retried(self, lambda: run_trace_export(run_id=run_id), f"run {run_id}")
+    self.export(lambda: run_trace_export(run_id=run_id), f"run {run_id}")
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True, soft_time_limit=300)
+@shared_task(**_EXPORT_RETRIES)
 def evaluations_export_task(self, evaluation_ids: list[int]) -> None:
     # Idempotent like run_export_task: each evaluation's span has an id of its own, always the same.
     from feedback.otel_export import evaluations_export
 
-    _export_retried(self, lambda: evaluations_export(evaluation_ids=evaluation_ids), f"evaluations {evaluation_ids}")
+    self.export(lambda: evaluations_export(evaluation_ids=evaluation_ids), f"evaluations {evaluation_ids}")
 
 
 @shared_task(ignore_result=True, soft_time_limit=900)
@@ -148,10 +163,24 @@ def alerts_evaluate_task() -> None:
     alerts_evaluate()
 
 
-@shared_task(ignore_result=True, soft_time_limit=120)
-def alert_deliver_task(delivery_id: int) -> None:
-    # One attempt; a failure that may pass queues the next one itself (after its backoff).
-    alert_deliver(delivery_id=delivery_id)
+class _AlertDeliverTask(SettingsRetries):
+    # The attempts after the first: ALERT_DELIVERY_MAX_ATTEMPTS in all (the delivery's row counts
+    # them too, and gives up at the same number, across a lost message's resend as well).
+    max_retries_setting = "ALERT_DELIVERY_MAX_ATTEMPTS"
+    max_retries_offset = -1
+
+
+@shared_task(
+    base=_AlertDeliverTask, bind=True, ignore_result=True, soft_time_limit=120,
+    autoretry_for=(DeliveryFailed,), retry_backoff=settings.ALERT_RETRY_BACKOFF_SECONDS,
+    retry_backoff_max=RETRY_BACKOFF_MAX_SECONDS, retry_jitter=True,
+)  # fmt: skip
+def alert_deliver_task(self, delivery_id: int) -> None:
+    # One attempt, recorded on the delivery's row; one that failed for a reason that may pass is
+    # retried by Celery after its backoff (autoretry_for).
+    attempt = alert_deliver(delivery_id=delivery_id)
+    if attempt is not None and attempt.outcome == AlertAttempt.Outcome.RETRY:
+        raise DeliveryFailed(f"alert delivery {delivery_id} attempt {attempt.number}: {attempt.error}")
 
 
 @shared_task(ignore_result=True)

@@ -67,6 +67,7 @@ class OTLPReceiver:
     def __init__(self) -> None:
         self.requests: list[Received] = []
         self.answer = 200
+        self.script: list[int] = []  # the first answers, one per request; then ``answer``
         self._changed = threading.Condition()
         receiver = self
 
@@ -80,8 +81,9 @@ class OTLPReceiver:
                     return
                 request = ExportTraceServiceRequest.FromString(raw)
                 receiver._keep(Received(dict(self.headers), raw, _spans(request)))
-                if receiver.answer != 200:
-                    self.send_error(receiver.answer)
+                status = receiver.script.pop(0) if receiver.script else receiver.answer
+                if status != 200:
+                    self.send_error(status)
                     return
                 reply = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)

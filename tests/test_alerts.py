@@ -59,7 +59,10 @@ class InlineWorker:
     def send_task(self, name, args=(), kwargs=None, **options):
         self.sent.append((name, tuple(args or ())))
         if not self.lose_messages:
-            app.tasks[name].apply(args=args, kwargs=kwargs or {}, throw=True)
+            # Not throw=True: an eager retry (autoretry_for) is then raised instead of made.
+            result = app.tasks[name].apply(args=args, kwargs=kwargs or {})
+            if result.failed():
+                raise result.result
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ reaches the loop: every failure becomes an outcome the model can read."""
 import contextvars
 import hashlib
 import json
-import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -20,10 +19,12 @@ import referencing.exceptions
 from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from feedback import saferegex
 from feedback.evaluation.validation import validate
 from feedback.privacy import mask, unmask_emails
+from feedback.retrying import full_jitter
 
 from .breaker import CircuitBreaker
 from .tools import Tool, ToolContext, ToolError
@@ -125,11 +126,6 @@ def parse_arguments(raw: str, tool: Tool) -> dict[str, Any]:
     return arguments
 
 
-def _backoff(attempt: int) -> float:
-    # Exponential with full jitter, so many workers retrying do not stampede together.
-    return random.uniform(0, settings.TOOL_BACKOFF_SECONDS * 2 ** (attempt - 1))
-
-
 def _cache_key(kind: str, tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> str:
     # A result read from the run's files serves only that sandbox (the run and its sub-agents):
     # another run may hold other content, someone else's, at the same path.
@@ -148,56 +144,82 @@ def _unrecordable(tool: Tool, result: Any) -> str:
     return ""
 
 
+class _AttemptFailed(Exception):
+    """One attempt's failure, already recorded: raised so that tenacity decides on another."""
+
+    def __init__(self, attempt: Attempt) -> None:
+        super().__init__(attempt.error)
+        self.attempt = attempt
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, _AttemptFailed) and exc.attempt.retryable
+
+
+def _attempt(tool: Tool, arguments: dict[str, Any], ctx: ToolContext, outcome: Outcome) -> Any:
+    """One call of the tool, its attempt row kept on ``outcome``; its result, or _AttemptFailed."""
+    started, t0 = timezone.now(), time.monotonic()
+    error, error_class, retryable, result = "", "", False, None
+    try:
+        # copy_context: the tool thread logs with the run's ids.
+        future = _POOL.submit(contextvars.copy_context().run, tool.func, ctx, **arguments)
+        result = future.result(timeout=tool.timeout)
+    except FutureTimeout:
+        error, error_class, retryable = f"{tool.name} timed out after {tool.timeout:g} s.", "ToolTimeout", True
+    except ToolError as exc:  # ToolTimeout included, under its own class
+        error, error_class, retryable = str(exc), exc.error_class, exc.retryable
+    except Exception as exc:  # a tool bug must not crash the loop
+        error, error_class = f"{type(exc).__name__}: {exc}", type(exc).__name__
+    if not error and (unrecordable := _unrecordable(tool, result)):
+        error, error_class = unrecordable, "UnrecordableResult"
+    if not error and tool.result_rules:
+        # Layer 1: a result that breaks a hard rule is a failed attempt, retried if transient.
+        report = validate(list(tool.result_rules), result)
+        outcome.validation = report.as_json()
+        if report.hard_failure:
+            failed = "; ".join(c["message"] for c in report.checks if not c["ok"] and c["hard"])
+            error, error_class = f"The result failed validation: {failed}", "ValidationFailed"
+            retryable = report.retryable
+    duration = int((time.monotonic() - t0) * 1000)
+    attempt = Attempt(len(outcome.attempts) + 1, started, duration, error, error_class, retryable)
+    outcome.attempts.append(attempt)
+    if error:
+        outcome.error, outcome.error_class, outcome.retryable = error, error_class, retryable
+        raise _AttemptFailed(attempt)
+    return result
+
+
 def _call_with_retries(
     tool: Tool, arguments: dict[str, Any], ctx: ToolContext, outcome: Outcome, breaker: CircuitBreaker, dirty: bool
 ) -> None:
-    """``dirty``: the breaker had failures to reset when it was read before the call. A failure
+    """The tool called until it succeeds, fails for good, runs out of attempts or its breaker
+    opens (feedback/retrying.py's policy, with full jitter: many workers share one breaker).
+
+    ``dirty``: the breaker had failures to reset when it was read before the call. A failure
     another worker records during this call is kept when the read was clean: this success then
     counts as having come before it, as if the calls had not overlapped."""
-    for number in range(1, tool.max_attempts + 1):
-        started, t0 = timezone.now(), time.monotonic()
-        error, error_class, retryable, result = "", "", False, None
-        try:
-            # copy_context: the tool thread logs with the run's ids.
-            future = _POOL.submit(contextvars.copy_context().run, tool.func, ctx, **arguments)
-            result = future.result(timeout=tool.timeout)
-        except FutureTimeout:
-            error, error_class, retryable = (
-                f"{tool.name} timed out after {tool.timeout:g} s.",
-                "ToolTimeout",
-                True,
-            )
-        except ToolError as exc:  # ToolTimeout included, under its own class
-            error, error_class, retryable = str(exc), exc.error_class, exc.retryable
-        except Exception as exc:  # a tool bug must not crash the loop
-            error, error_class = f"{type(exc).__name__}: {exc}", type(exc).__name__
-        if not error and (unrecordable := _unrecordable(tool, result)):
-            error, error_class = unrecordable, "UnrecordableResult"
-        if not error and tool.result_rules:
-            # Layer 1: a result that breaks a hard rule is a failed attempt, retried if transient.
-            report = validate(list(tool.result_rules), result)
-            outcome.validation = report.as_json()
-            if report.hard_failure:
-                failed = "; ".join(c["message"] for c in report.checks if not c["ok"] and c["hard"])
-                error, error_class, retryable = (
-                    f"The result failed validation: {failed}",
-                    "ValidationFailed",
-                    report.retryable,
-                )
-        duration = int((time.monotonic() - t0) * 1000)
-        outcome.attempts.append(Attempt(number, started, duration, error, error_class, retryable))
-        if not error:
-            if dirty:
-                breaker.record_success()
-            outcome.ok, outcome.result, outcome.error, outcome.error_class = True, result, "", ""
-            return
-        outcome.error, outcome.error_class, outcome.retryable = error, error_class, retryable
-        if retryable:
-            breaker.record_failure()
-            dirty = True
-        if not retryable or number == tool.max_attempts or breaker.is_open():
-            return
-        time.sleep(_backoff(number))
+
+    def counted(state: RetryCallState) -> None:
+        # After each transient failure, before tenacity decides whether to stop: the breaker
+        # counts it, and may open.
+        nonlocal dirty
+        breaker.record_failure()
+        dirty = True
+
+    retrying = Retrying(
+        retry=retry_if_exception(_transient),
+        stop=stop_after_attempt(tool.max_attempts) | (lambda state: breaker.is_open()),
+        wait=full_jitter(settings.TOOL_BACKOFF_SECONDS),
+        after=counted,
+        reraise=True,
+    )
+    try:
+        result = retrying(_attempt, tool, arguments, ctx, outcome)
+    except _AttemptFailed:
+        return  # recorded on the outcome: the model reads it as the call's observation
+    if dirty:
+        breaker.record_success()
+    outcome.ok, outcome.result, outcome.error, outcome.error_class = True, result, "", ""
 
 
 def invoke(name: str, raw_arguments: str, ctx: ToolContext, tools: dict[str, Tool]) -> Outcome:

@@ -15,7 +15,6 @@ not the recorder's: the loop reads it plainly at every turn (feedback/lifecycle.
 import logging
 import math
 import re
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from feedback import costs
 from feedback.logging import current_step
@@ -83,6 +83,11 @@ def _attempt_fields(attempt: Attempt | LLMAttempt) -> dict[str, Any]:
     }
 
 
+def _reconnectable(exc: BaseException) -> bool:
+    # Inside a caller's transaction (a test's) nothing can be run again: the error goes up.
+    return isinstance(exc, OperationalError | InterfaceError) and not connection.in_atomic_block
+
+
 def retrying[T](operation: Callable[[], T], *, what: str, recover: Callable[[], T | None] | None = None) -> T:
     """``operation``, run again on a fresh connection when the connection drops under it (a
     server restart, a failover, a terminated backend): its transaction rolled back whole, so
@@ -90,20 +95,32 @@ def retrying[T](operation: Callable[[], T], *, what: str, recover: Callable[[], 
     committed although its acknowledgement was lost (so nothing is written twice).
 
     Django checks connections (CONN_HEALTH_CHECKS) only between requests and tasks; a run is one
-    long task, so its writes and its turn's read check here. Inside a caller's transaction (a
-    test's) nothing can be retried: the error goes up."""
-    for attempt in range(1, DB_WRITE_ATTEMPTS + 1):
-        try:
-            if attempt > 1 and recover is not None and (found := recover()) is not None:
-                return found
-            return operation()
-        except (OperationalError, InterfaceError):
-            if connection.in_atomic_block or attempt == DB_WRITE_ATTEMPTS:
-                raise
-            logger.warning("the database connection dropped while %s; retrying", what, exc_info=True)
-            connection.close()
-            time.sleep(DB_RETRY_SECONDS * attempt)
-    raise AssertionError("unreachable")
+    long task, so its writes and its turn's read check here. DB_WRITE_ATTEMPTS in all, waiting
+    DB_RETRY_SECONDS longer each time (feedback/retrying.py's policy; one worker per run, so no
+    jitter is needed), each dropped connection logged and closed before the next attempt."""
+
+    def dropped(state: RetryCallState) -> None:
+        logger.warning(
+            "the database connection dropped while %s (attempt %d of %d); retrying",
+            what, state.attempt_number, DB_WRITE_ATTEMPTS, exc_info=state.outcome.exception(),
+        )  # fmt: skip
+        connection.close()
+
+    retry = Retrying(
+        retry=retry_if_exception(_reconnectable),
+        stop=stop_after_attempt(DB_WRITE_ATTEMPTS),
+        # Read at each call: tests set the module's wait to 0.
+        wait=lambda s: DB_RETRY_SECONDS * s.attempt_number,
+        before_sleep=dropped,
+        reraise=True,
+    )
+    for attempt in retry:
+        with attempt:
+            found = None
+            if attempt.retry_state.attempt_number > 1 and recover is not None:
+                found = recover()
+            return operation() if found is None else found
+    raise AssertionError("unreachable")  # tenacity raises the last error once it stops
 
 
 class _Unread:

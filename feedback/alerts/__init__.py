@@ -18,8 +18,9 @@ subject) lets through once; resolving is a conditional UPDATE from "open" that o
 Only the winner queues notifications, each a row unique per incident, event, channel and target.
 
 Each notification is sent by its own task (a failing channel holds up no other), one
-``AlertAttempt`` row per try. A worker claims an attempt by a conditional UPDATE that moves
-``next_attempt_at`` past its timeout, so a duplicate message finds the delivery taken. Webhooks
+``AlertAttempt`` row per try, retried by Celery's autoretry (feedback/tasks.py). A worker claims an
+attempt by a conditional UPDATE that moves ``next_attempt_at`` past its timeout, so a duplicate
+message finds the delivery taken. Webhooks
 are retried on a 5xx, a timeout or an unreachable receiver, never on a 4xx or a redirect; mail on
 an unreachable server or a 4xx reply.
 """

@@ -15,13 +15,14 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from feedback import queue
 from feedback.alerts.messages import notification, signature
 from feedback.models import AlertAttempt, AlertDelivery
+from feedback.retrying import TransientError
 
 logger = logging.getLogger(__name__)
 
@@ -149,23 +150,40 @@ SENDERS: dict[str, Callable[[AlertDelivery], Sent]] = {
 }
 
 
-def retry_wait(attempt: int) -> float:
-    """Seconds before the attempt after ``attempt``: the backoff, doubling."""
-    return settings.ALERT_RETRY_BACKOFF_SECONDS * 2 ** (attempt - 1)
+# Celery's retry of a failed attempt (feedback/tasks.py): its backoff doubles from
+# ALERT_RETRY_BACKOFF_SECONDS up to this, with full jitter.
+RETRY_BACKOFF_MAX_SECONDS = 600
+
+
+class DeliveryFailed(TransientError):
+    """An attempt failed for a reason that may pass, and attempts are left: the task retries."""
+
+
+def retry_due(attempt: int) -> float:
+    """The latest the retry after ``attempt`` comes (Celery's jitter picks a wait up to it)."""
+    return min(RETRY_BACKOFF_MAX_SECONDS, max(1, int(settings.ALERT_RETRY_BACKOFF_SECONDS)) * 2 ** (attempt - 1))
 
 
 def alert_deliver(*, delivery_id: int) -> AlertAttempt | None:
-    """Make the next attempt of a pending notification, record it, and queue the one after when
-    it failed for a reason that may pass. None when there was nothing to do: delivered, given up,
-    or taken by another worker (a duplicate message)."""
+    """Make the next attempt of a pending notification and record it (a RETRY outcome: it failed
+    for a reason that may pass and attempts are left; the task then retries). None when there was
+    nothing to do: delivered, given up, or taken by another worker (a duplicate message)."""
     now = timezone.now()
     hold = timedelta(seconds=settings.ALERT_DELIVERY_TIMEOUT_SECONDS + CLAIM_MARGIN_SECONDS)
-    claimed = AlertDelivery.objects.filter(
-        pk=delivery_id,
-        status=AlertDelivery.Status.PENDING,
-        next_attempt_at__lte=now + CLOCK_SLACK,
-        attempts__lt=settings.ALERT_DELIVERY_MAX_ATTEMPTS,
-    ).update(next_attempt_at=now + hold, attempts=F("attempts") + 1)
+    # Due, or waiting for its retry (which Celery's jitter may bring at any moment before
+    # ``next_attempt_at``); never while another worker makes an attempt (its row not written yet).
+    awaiting_retry = Exists(
+        AlertAttempt.objects.filter(
+            delivery=OuterRef("pk"), number=OuterRef("attempts"), outcome=AlertAttempt.Outcome.RETRY
+        )
+    )
+    claimed = (
+        AlertDelivery.objects.filter(
+            pk=delivery_id, status=AlertDelivery.Status.PENDING, attempts__lt=settings.ALERT_DELIVERY_MAX_ATTEMPTS
+        )
+        .filter(Q(next_attempt_at__lte=now + CLOCK_SLACK) | awaiting_retry)
+        .update(next_attempt_at=now + hold, attempts=F("attempts") + 1)
+    )
     if not claimed:
         return None
     delivery = AlertDelivery.objects.select_related("incident__rule").get(pk=delivery_id)
@@ -183,9 +201,9 @@ def alert_deliver(*, delivery_id: int) -> AlertAttempt | None:
             outcome, fields = AlertAttempt.Outcome.DELIVERED, {"status": AlertDelivery.Status.DELIVERED,
                                                                "delivered_at": timezone.now()}  # fmt: skip
         elif again:
-            wait = retry_wait(delivery.attempts)
-            outcome, fields = AlertAttempt.Outcome.RETRY, {"next_attempt_at": timezone.now() + timedelta(seconds=wait)}
-            queue.alert_deliver(delivery.pk, countdown=wait)
+            # The task retries (feedback/tasks.py); beat's resend only once this is overdue.
+            due = timezone.now() + timedelta(seconds=retry_due(delivery.attempts))
+            outcome, fields = AlertAttempt.Outcome.RETRY, {"next_attempt_at": due}
         else:
             outcome, fields = AlertAttempt.Outcome.FAILED, {"status": AlertDelivery.Status.FAILED}
         AlertDelivery.objects.filter(pk=delivery.pk).update(**fields)

@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Min
 from django.db.models.functions import TruncDate
 from django.utils import timezone
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from feedback.models import DailyRunStats, DailyToolLatency, DailyToolStats, Evaluation, Run
 
@@ -78,22 +79,21 @@ def rebuild(*, since_day: date, until_day: date) -> int:
     until_day = min(until_day, timezone.localdate())
     if since_day >= until_day:
         return 0
-    for attempt in (1, 2):
+
+    def replaced() -> int:
         began = timezone.now()
         rows = _rows(_count(Window(since=midnight(since_day), until=midnight(until_day))), began)
-        try:
-            with transaction.atomic():
-                for model in TABLES:
-                    model.objects.filter(day__gte=since_day, day__lt=until_day).delete()
-                for model in TABLES:
-                    model.objects.bulk_create([row for row in rows if type(row) is model], batch_size=1000)
-            return len(rows)
-        except IntegrityError:
-            # Another rebuild of the same days (beat beside the command) wrote its rows after we
-            # deleted: count once more, over what it saw and since.
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+        with transaction.atomic():
+            for model in TABLES:
+                model.objects.filter(day__gte=since_day, day__lt=until_day).delete()
+            for model in TABLES:
+                model.objects.bulk_create([row for row in rows if type(row) is model], batch_size=1000)
+        return len(rows)
+
+    # An IntegrityError: another rebuild of the same days (beat beside the command) wrote its rows
+    # after we deleted. Count once more, at once, over what it saw and since (feedback/retrying.py).
+    retry = Retrying(retry=retry_if_exception_type(IntegrityError), stop=stop_after_attempt(2), reraise=True)
+    return retry(replaced)
 
 
 def _days(since: date, until: date) -> list[date]:

@@ -183,8 +183,9 @@ class AlertDelivery(models.Model):
     target = models.CharField(max_length=2000)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
-    # When a worker may make the next attempt; a worker making one moves it past its timeout, so
-    # a duplicate message finds the delivery taken (feedback/alerts/delivery.py, alert_deliver).
+    # When a worker may make the next attempt (a retry may come sooner: Celery's jitter); a worker
+    # making one moves it past its timeout, so a duplicate message finds the delivery taken
+    # (feedback/alerts/delivery.py, alert_deliver).
     next_attempt_at = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(default=timezone.now)
     delivered_at = models.DateTimeField(null=True, blank=True)

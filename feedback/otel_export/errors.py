@@ -1,7 +1,9 @@
 """The export task's errors: what makes it retry."""
 
+from feedback.retrying import TransientError
 
-class ExportFailed(Exception):
+
+class ExportFailed(TransientError):
     """The spans did not reach the receiver (down, refused, 4xx/5xx, timeout): the task retries."""
 
 

@@ -17,7 +17,8 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
-from tenacity.wait import wait_base, wait_exponential, wait_random_exponential
+
+from feedback.retrying import backoff
 
 from .reply import ChatModel, LLMAttempt, LLMError, LLMReply
 
@@ -51,11 +52,6 @@ class ModelCall:
             "tokens_in": reply.tokens_in,
             "tokens_out": reply.tokens_out,
         }
-
-
-def backoff(base_seconds: float) -> wait_base:
-    """The wait before attempt n + 1: base * 2 ** (n - 1), half of it certain, half random."""
-    return wait_exponential(multiplier=base_seconds / 2) + wait_random_exponential(multiplier=base_seconds / 2)
 
 
 def _retryable(exc: BaseException) -> bool:
