@@ -81,12 +81,20 @@
   });
   setInterval(tick, 1000);
 
+  // What of an answer differs at each render without anything having changed: the CSRF tokens
+  // (masked afresh each time) and the server's time stamped on a live run's clock.
+  function unchanging(text) {
+    return text
+      .replace(/name="csrfmiddlewaretoken" value="[^"]*"/g, "")
+      .replace(/data-clock-now="[^"]*"/g, "");
+  }
+
   // The last answer of each poller, by its id (it replaces itself with an element of the same id).
   var lastAnswer = {};
   document.addEventListener("htmx:beforeSwap", function (event) {
     var poller = event.detail.elt;
     if (event.detail.isError || !poller.id || (poller.getAttribute("hx-trigger") || "").indexOf("every ") !== 0) return;
-    var text = event.detail.xhr.responseText;
+    var text = unchanging(event.detail.xhr.responseText);
     if (lastAnswer[poller.id] === text) event.detail.shouldSwap = false;
     lastAnswer[poller.id] = text;
   });
