@@ -37,14 +37,12 @@ from feedback.metrics.tools import percentile_cont
 from feedback.models import Run, Task
 from feedback.models.run import NO_SCORE
 
-# wrk's Lua: each thread walks its share of a list of paths (one per line, "path<TAB>etag"), so
-# every request asks for a different URL; an etag, when given, is sent as If-None-Match.
+# wrk's Lua: each thread walks its share of a list of paths (one per line), so every request asks
+# for a different URL.
 WRK_SCRIPT = """
-local paths, etags = {}, {}
+local paths = {}
 for line in io.lines(os.getenv("BENCH_PATHS")) do
-  local path, etag = line:match("^([^\\t]+)\\t?(.*)$")
-  paths[#paths + 1] = path
-  etags[#etags + 1] = etag
+  paths[#paths + 1] = line
 end
 local threads, count = {}, 0
 setup = function(thread)
@@ -57,7 +55,6 @@ local i = nil
 request = function()
   i = (i or offset) + step
   local n = (i % #paths) + 1
-  if etags[n] ~= "" then wrk.headers["If-None-Match"] = etags[n] else wrk.headers["If-None-Match"] = nil end
   return wrk.format("GET", paths[n])
 end
 done = function(summary, latency, requests)
@@ -137,16 +134,13 @@ def login(base: str, username: str, password: str) -> str:
     return "; ".join(f"{k}={v}" for k, v in cookies.items())
 
 
-Target = tuple[str, str]  # (path, the If-None-Match to send, or "")
-
-
 def _wrk(
-    base: str, targets: list[Target], cookie: str, clients: int, seconds: float
+    base: str, targets: list[str], cookie: str, clients: int, seconds: float
 ) -> tuple[float | None, float | None, int]:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(WRK_SCRIPT)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as paths:
-        paths.write("".join(f"{path}\t{etag}\n" for path, etag in targets))
+        paths.write("".join(f"{path}\n" for path in targets))
     threads = min(WRK_THREADS, clients)  # wrk gives each thread one connection at least
     env = {**os.environ, "BENCH_PATHS": paths.name, "BENCH_THREADS": str(threads)}
     out = subprocess.run(
@@ -158,15 +152,13 @@ def _wrk(
     os.unlink(paths.name)
     found = re.search(r"BENCH p50=(\d+) p95=(\d+) requests=(\d+) errors=(\d+)", out)
     if found is None or int(found.group(4)):
-        raise RuntimeError(f"wrk failed or saw errors on {targets[0][0]}...:\n{out}")
+        raise RuntimeError(f"wrk failed or saw errors on {targets[0]}...:\n{out}")
     if not int(found.group(3)):
         return None, None, 0  # not one request finished in time: no figure, never a "met"
     return int(found.group(1)) / 1000, int(found.group(2)) / 1000, int(found.group(3))
 
 
-def _python_load(
-    base: str, targets: list[Target], cookie: str, clients: int, seconds: float
-) -> tuple[float, float, int]:
+def _python_load(base: str, targets: list[str], cookie: str, clients: int, seconds: float) -> tuple[float, float, int]:
     """The fallback: ``clients`` threads, each one request after another for ``seconds``, every
     request the next target of the list."""
     latencies: list[float] = []
@@ -176,16 +168,12 @@ def _python_load(
 
     def client() -> None:
         while time.monotonic() < deadline:
-            path, etag = targets[next(turn) % len(targets)]
-            headers = {"Cookie": cookie, **({"If-None-Match": etag} if etag else {})}
+            path = targets[next(turn) % len(targets)]
+            headers = {"Cookie": cookie}
             started = time.perf_counter()
             try:
                 with urllib.request.urlopen(urllib.request.Request(base + path, headers=headers), timeout=30) as r:
                     r.read()
-            except urllib.error.HTTPError as exc:
-                if exc.code != 304:  # a revalidated page answers 304 Not Modified, as intended
-                    errors.append(str(exc))
-                    return
             except OSError as exc:
                 errors.append(str(exc))
                 return
@@ -197,12 +185,12 @@ def _python_load(
     for t in threads:
         t.join()
     if errors or not latencies:
-        raise RuntimeError(f"requests to {targets[0][0]}... failed: {errors[:3]}")
+        raise RuntimeError(f"requests to {targets[0]}... failed: {errors[:3]}")
     return percentile_cont(latencies, 0.5), percentile_cont(latencies, 0.95), len(latencies)
 
 
 def measure(
-    base: str, targets: list[Target], cookie: str, clients: int, seconds: float
+    base: str, targets: list[str], cookie: str, clients: int, seconds: float
 ) -> tuple[float | None, float | None, int]:
     """(p50 ms, p95 ms, requests) over ``targets`` under ``clients`` concurrent clients, each
     request the next target; no figures when no request finished."""
@@ -210,12 +198,6 @@ def measure(
     if seconds >= 2:
         load(base, targets[::-1], cookie, clients, 1.0)  # warm-up: connections, plans (other URLs first)
     return load(base, targets, cookie, clients, seconds)
-
-
-def _etag(base: str, path: str, cookie: str) -> str:
-    with urllib.request.urlopen(urllib.request.Request(base + path, headers={"Cookie": cookie}), timeout=120) as r:
-        r.read()
-        return r.headers.get("ETag") or ""
 
 
 def _sample_runs(rng: random.Random, count: int, **filters) -> list[int]:
@@ -286,8 +268,7 @@ def run(
     size: int = 2000,
 ) -> list[Result]:
     """Each family of pages under ``clients`` clients, every request a different URL (the server
-    keeps no page cache: each one is rendered), against /healthz in the same run; then the live
-    trace pages revalidated, as a browser's poll does (If-None-Match: 304 when nothing changed).
+    keeps no page cache: each one is rendered), against /healthz in the same run.
     Each family, and /healthz, also with one client alone: what an answer costs, not its queue."""
     tool = "wrk" if shutil.which("wrk") else "python load generator"
     families = page_families(random.Random(7), size)
@@ -295,16 +276,16 @@ def run(
     results = []
     with Gunicorn(folder, collect_static=collect_static) as server:
         cookie = login(server.base, username, password)
-        p50, p95, n = measure(server.base, [("/healthz", "")], cookie, clients, seconds)
+        p50, p95, n = measure(server.base, ["/healthz"], cookie, clients, seconds)
         results.append(Result("dashboard", "constant page /healthz, p50", p50, "ms", p50))
         results.append(
             Result("dashboard", "constant page /healthz, p95 (baseline)", p95, "ms", p95, note=f"{n} requests, {tool}")
         )
         # One client alone: what each answer costs when nothing waits in front of it.
-        alone, _, n = measure(server.base, [("/healthz", "")], cookie, 1, seconds / 2)
+        alone, _, n = measure(server.base, ["/healthz"], cookie, 1, seconds / 2)
         results.append(Result("dashboard", "constant page /healthz, one client, p50", alone, "ms", alone))
 
-        def family(name: str, targets: list[Target]) -> list[Result]:
+        def family(name: str, targets: list[str]) -> list[Result]:
             """The family under ``clients`` clients (p50, p95), then with one client alone."""
             q50, q95, n = measure(server.base, targets, cookie, clients, seconds)
             one, _, m = measure(server.base, targets[::-1], cookie, 1, seconds / 2)
@@ -322,15 +303,7 @@ def run(
             # One family that breaks (a timeout, an error page) is reported as FAILED; the
             # others keep their figures.
             try:
-                results += family(name, [(p, "") for p in paths])
+                results += family(name, paths)
             except Exception as exc:
                 results.append(report.failed("dashboard", f"{name}, p95", exc))
-        name = "trace page revalidated (If-None-Match, 304)"
-        try:
-            live = families[0][1][:200]
-            revalidated = [(path, etag) for path in live if (etag := _etag(server.base, path, cookie))]
-            if revalidated:
-                results += family(name, revalidated)
-        except Exception as exc:
-            results.append(report.failed("dashboard", f"{name}, p95", exc))
     return results

@@ -40,8 +40,8 @@ What the figures include:
   sorts and pages deep in the list (keyset cursors of runs spread over the year), searches (a
   word of one task, and words of every task), and every metrics window, kind and period. There is
   no page cache: every answer is rendered (issue 16 removed it; the "cache on / cache off" pair
-  of earlier tables is one row now). The last rows are the browser's own cache: a trace page
-  revalidated with `If-None-Match`, answered 304 when nothing changed, as a live page's poll is.
+  of earlier tables is one row now). There is no 304 revalidation family any more: live pages
+  poll plainly (issue 24), no page answers 304.
   Every page's p95 is compared with `/healthz`'s p95 in the same run (target: at most 5x).
   Each family is then asked by one client alone for half as long ("one client, p50": what an
   answer costs when no request waits in front of it), against `/healthz` alone.

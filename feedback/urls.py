@@ -23,7 +23,6 @@ urlpatterns = [
     path("schedules/", schedules.schedule_list, name="feedback-schedule-list"),
     path("schedules/<int:schedule_id>/toggle/", schedules.schedule_toggle, name="feedback-schedule-toggle"),
     path("runs/", runs.run_list, name="feedback-run-list"),
-    path("runs/poll/", runs.run_list_poll, name="feedback-run-list-poll"),
     path("runs/compare/", compare.run_compare, name="feedback-run-compare"),
     path("runs/<int:run_id>/", runs.run_detail, name="feedback-run-detail"),
     # The run page's parts, one per URL: what its poller and its loaders ask for.

@@ -98,12 +98,6 @@ def _view_cases():
         ("post", "feedback-run-score", "reviewer", list(feedback_forms.HumanScoreForm.base_fields)),
         ("get", "feedback-run-list", "operator", [*feedback_forms.RunFilterForm.base_fields, "after"]),
         ("get", "feedback-metrics", "operator", list(feedback_forms.MetricsFilterForm.base_fields)),
-        (
-            "get",
-            "feedback-run-list-poll",
-            "operator",
-            [*feedback_forms.RunFilterForm.base_fields, "watch", "newer_than"],
-        ),
         ("get", "feedback-run-steps", "operator", ["after", "seen"]),
         ("get", "feedback-run-summary", "operator", ["seen"]),
         ("get", "feedback-alert-list", "operator", [*feedback_forms.AlertFilterForm.base_fields, "page"]),

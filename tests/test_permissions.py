@@ -24,12 +24,11 @@ ACCESS = [
     ("feedback-task-submit", "get", None, [LOGIN, 403, 200, 403, 403]),
     ("feedback-run-list", "get", None, [LOGIN, 403, 200, 200, 200]),
     ("feedback-run-detail", "get", "run", [LOGIN, 403, 403, 200, 200]),
-    # The run page's parts, each at its own URL, and the run list's poll.
+    # The run page's parts, each at its own URL (the run list polls its own).
     ("feedback-run-summary", "get", "run", [LOGIN, 403, 403, 200, 200]),
     ("feedback-run-steps", "get", "run", [LOGIN, 403, 403, 200, 200]),
     ("feedback-run-evaluations", "get", "run", [LOGIN, 403, 403, 200, 200]),
     ("feedback-run-child", "get", "run", [LOGIN, 403, 403, 200, 200]),
-    ("feedback-run-list-poll", "get", None, [LOGIN, 403, 200, 200, 200]),
     ("feedback-run-compare", "get", None, [LOGIN, 403, 200, 200, 200]),
     ("feedback-run-trace-json", "get", "run", [LOGIN, 403, 403, 200, 200]),
     ("feedback-run-cancel", "post", "run", [LOGIN, 403, 403, 403, 302]),

@@ -143,80 +143,50 @@ def test_html_in_a_task_is_text_in_the_list(client, operator):
     assert "<script>alert" not in html and "&lt;script&gt;alert(&quot;x&quot;)" in html
 
 
-def _poll_url(html: str) -> str:
+def _poll(html: str) -> tuple[str, str] | None:
+    """The run table's own poll, if it polls: its URL and how often."""
     import re
     from html import unescape
 
-    found = re.search(r'id="run-list-poll"[^>]*hx-get="([^"]+)"', html)
-    assert found, "the first page polls for new runs"
-    return unescape(found.group(1))
+    found = re.search(r'id="run-table" hx-get="([^"]+)" hx-trigger="every (\w+)"', html)
+    return (unescape(found[1]), found[2]) if found else None
 
 
-def test_the_first_page_says_how_many_runs_arrived_since_it_was_shown(client, operator, runs):
+def test_the_first_page_polls_itself_and_shows_the_runs_that_arrive(client, operator, runs):
     client.force_login(operator)
-    html = client.get(URL, {"kind": Task.Kind.EMAIL_TRIAGE}).content.decode()
-    poll = _poll_url(html)
-    assert "kind=email_triage" in poll
-    answer = client.get(poll, headers={"HX-Request": "true"}).content.decode()
-    assert 'id="run-list-poll"' in answer and "new run" not in answer
-    # One run of the filtered kind arrives, and one of another kind (not counted).
-    make_run(text="Triage the new mail", kind=Task.Kind.EMAIL_TRIAGE)
-    make_run(text="Another kind", kind=Task.Kind.GENERAL)
-    answer = client.get(poll, headers={"HX-Request": "true"}).content.decode()
-    assert "1 new run: show it" in answer
-    assert 'href="?kind=email_triage"' in answer  # the list itself, without the poll's question
-    for n in range(2):
-        make_run(text=f"More mail {n}", kind=Task.Kind.EMAIL_TRIAGE)
-    assert "3 new runs: show them" in client.get(poll, headers={"HX-Request": "true"}).content.decode()
+    poll, every = _poll(client.get(URL, {"kind": Task.Kind.EMAIL_TRIAGE}).content.decode())
+    assert "kind=email_triage" in poll and every == "5s"  # its own URL: the filters kept
+    # One run of the filtered kind arrives, and one of another kind (not listed).
+    new = make_run(text="Triage the new mail", kind=Task.Kind.EMAIL_TRIAGE)
+    other = make_run(text="Another kind", kind=Task.Kind.GENERAL)
+    answer = client.get(poll, headers={"HX-Request": "true"})
+    assert answer.status_code == 200
+    html = answer.content.decode()
+    assert html.lstrip().startswith('<div id="run-table"')  # the table alone
+    assert f'id="run-{new.pk}"' in html and f'id="run-{other.pk}"' not in html
+    assert _ids(html, [new, runs["b"]]) == [new.pk, runs["b"].pk]  # newest first, above the rest
 
 
-def test_new_runs_beyond_the_limit_say_more_than(client, operator, runs, monkeypatch):
-    from feedback.selectors import run_listing
-
-    monkeypatch.setattr(run_listing, "NEWER_RUNS_SHOWN", 2)
+def test_an_empty_list_polls_for_its_first_run(client, operator):
     client.force_login(operator)
-    poll = _poll_url(client.get(URL).content.decode())
-    for n in range(3):
-        make_run(text=f"New {n}")
-    assert "More than 2 new runs: show them" in client.get(poll, headers={"HX-Request": "true"}).content.decode()
-    assert run_listing.newer_runs(Run.objects.all(), than=run_listing.BEFORE_ALL_RUNS) == 3  # stopped at 2 + 1
+    poll, _every = _poll(client.get(URL).content.decode())
+    first = make_run(text="The very first")
+    assert f'id="run-{first.pk}"' in client.get(poll, headers={"HX-Request": "true"}).content.decode()
 
 
-def test_only_the_first_page_of_the_newest_first_polls_when_no_row_is_active(client, operator, runs):
+def test_only_a_page_that_may_change_polls_and_the_others_stop(client, operator, runs):
     client.force_login(operator)
-    assert 'id="run-list-poll"' not in client.get(URL, {"sort": "score"}).content.decode()
-    first = client.get(URL, {"sort": "newest"}).content.decode()
-    assert 'id="run-list-poll"' in first and "newer_than=" in first
+    assert _poll(client.get(URL, {"sort": "score"}).content.decode()) is None
     cursor = f"{runs['c'].created_at.isoformat()}_{runs['c'].pk}"
-    assert 'id="run-list-poll"' not in client.get(URL, {"after": cursor}).content.decode()
-    # A page with an active row polls for it, without asking for new runs beyond the first page.
+    assert _poll(client.get(URL, {"after": cursor}).content.decode()) is None
+    # Asked by htmx (a poll that was running), a page that will not change stops it: 286.
+    stopped = client.get(URL, {"sort": "score"}, headers={"HX-Request": "true"})
+    assert stopped.status_code == 286 and f'id="run-{runs["a"].pk}"' in stopped.content.decode()
+    # A page with an active row polls, often, whatever its sort.
     Run.objects.filter(pk=runs["a"].pk).update(status=Run.Status.RUNNING)
-    page = client.get(URL, {"sort": "score"}).content.decode()
-    assert f"watch={runs['a'].pk}.running.0" in page and "newer_than" not in page
-
-
-def test_an_empty_list_still_says_when_the_first_run_arrives(client, operator):
-    client.force_login(operator)
-    poll = _poll_url(client.get(URL).content.decode())
-    make_run(text="The very first")
-    assert "1 new run: show it" in client.get(poll, headers={"HX-Request": "true"}).content.decode()
-
-
-def test_a_mangled_poll_counts_nothing(client, operator, runs):
-    client.force_login(operator)
-    answer = client.get(reverse("feedback-run-list-poll"), {"newer_than": "not-a-cursor", "watch": "x.y,1.2.z"},
-                        headers={"HX-Request": "true"})  # fmt: skip
-    assert answer.status_code == 200 and "new run" not in answer.content.decode()
-
-
-def test_the_new_runs_notice_is_translated(client, operator, runs):
-    from django.conf import settings
-
-    client.force_login(operator)
-    client.cookies[settings.LANGUAGE_COOKIE_NAME] = "zh-hans"
-    poll = _poll_url(client.get(URL).content.decode())
-    make_run(text="新任务")
-    assert "1 次新运行：显示" in client.get(poll, headers={"HX-Request": "true"}).content.decode()
+    poll, every = _poll(client.get(URL, {"sort": "score"}).content.decode())
+    assert "sort=score" in poll and every == "2s"
+    assert client.get(poll, headers={"HX-Request": "true"}).status_code == 200
 
 
 @pytest.mark.postgresql

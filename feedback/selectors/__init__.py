@@ -1,8 +1,8 @@
-"""The read queries behind the pages, one module a job: who sees which run and its state (runs),
+"""The read queries behind the pages, one module a job: who sees which run (runs),
 the run list (run_listing), workspaces, strategies, evaluation, alerts and the disk.
 
-Every query is re-exported here, so ``selectors.X`` reads as before. The run list's tunables
-(SEARCH_FEW_TASKS, NEWER_RUNS_SHOWN) are not: they are read, and changed, in run_listing alone.
+Every query is re-exported here, so ``selectors.X`` reads as before. The run list's tunable
+(SEARCH_FEW_TASKS) is not: it is read, and changed, in run_listing alone.
 """
 
 from .alerts import alert_incidents, alert_rules
@@ -10,30 +10,26 @@ from .confirmations import confirmations_waiting
 from .disk import disk_figures
 from .evaluation import DISAGREEMENT, LOW_SCORE, review_queue, run_evaluations
 from .run_listing import (
-    BEFORE_ALL_RUNS,
     RUN_ROW_COLUMNS,
     RUN_SORTS,
     SEARCH_CONFIG,
     RunPage,
     filter_runs,
-    newer_runs,
     run_cursor,
     run_list,
     run_page,
     run_rows,
     search_runs,
 )
-from .runs import RUN_STATE, run_applied_strategies, run_state, run_visible_to, runs_visible_to
+from .runs import run_applied_strategies, run_visible_to, runs_visible_to
 from .strategies import strategy_detail, strategy_list, strategy_prompt_diff
 from .workspaces import workspaces_usable_by
 
 __all__ = [
-    "BEFORE_ALL_RUNS",
     "DISAGREEMENT",
     "LOW_SCORE",
     "RUN_ROW_COLUMNS",
     "RUN_SORTS",
-    "RUN_STATE",
     "SEARCH_CONFIG",
     "RunPage",
     "alert_incidents",
@@ -41,7 +37,6 @@ __all__ = [
     "confirmations_waiting",
     "disk_figures",
     "filter_runs",
-    "newer_runs",
     "review_queue",
     "run_applied_strategies",
     "run_cursor",
@@ -49,7 +44,6 @@ __all__ = [
     "run_list",
     "run_page",
     "run_rows",
-    "run_state",
     "run_visible_to",
     "runs_visible_to",
     "search_runs",

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
-from django.db.models import Exists, OuterRef, Q, QuerySet, Value
+from django.db.models import Exists, OuterRef, QuerySet, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 
@@ -142,10 +142,6 @@ def run_cursor(run: Run, field: str = "created_at") -> str:
     return f"{_cursor_value(run, field)}_{run.pk}"
 
 
-# Before every run: what the newest-first list's first page compares with when it is empty.
-BEFORE_ALL_RUNS = "0001-01-01T00:00:00+00:00_0"
-
-
 def _parse_cursor(cursor: str, field: str) -> tuple[object, int] | None:
     value, _, pk = cursor.rpartition("_")
     try:
@@ -153,21 +149,6 @@ def _parse_cursor(cursor: str, field: str) -> tuple[object, int] | None:
         return parsed, int(pk)
     except ValueError:
         return None  # a mangled cursor shows the first page rather than an error
-
-
-# The run list says "N new runs" up to this many; beyond, "N+ new runs".
-NEWER_RUNS_SHOWN = 99
-
-
-def newer_runs(runs: QuerySet[Run], *, than: str) -> int:
-    """How many of ``runs`` are newer than the row whose newest-first cursor is ``than`` (up to
-    NEWER_RUNS_SHOWN + 1: the same index range scan as a page, never a full count)."""
-    position = _parse_cursor(than, "created_at")
-    if position is None:
-        return 0
-    value, pk = position
-    newer = runs.filter(Q(created_at__gt=value) | Q(created_at=value, id__gt=pk))
-    return len(newer.order_by().values_list("id", flat=True)[: NEWER_RUNS_SHOWN + 1])
 
 
 def run_page(

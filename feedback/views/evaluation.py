@@ -46,7 +46,7 @@ def run_evaluations(request: HttpRequest, run_id: int) -> HttpResponse:
     return answer(request, run_id, _evaluations)
 
 
-def _evaluations(request: HttpRequest, run: Run, state: dict) -> HttpResponse:
+def _evaluations(request: HttpRequest, run: Run) -> HttpResponse:
     return render(request, "feedback/run_detail.html#run-evaluations", evaluation_context(request, run))
 
 

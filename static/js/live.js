@@ -1,30 +1,26 @@
-// What keeps a live page live without making its HTML change with the clock (so the server can
-// answer an unchanged run's poll 304, unrendered): a live run's working time, time waited for
-// people and waterfall span are computed here from the data attributes the page holds (its start
-// and its waits, in ms since the epoch) and moved every second; and a poll whose answer is the
-// same as its last one (a 304 the browser turned back into its stored copy) is not swapped in
-// again, so nothing on the page flickers or loses what a person was typing.
+// What moves a live page between its polls: a live run's working time, time waited for people and
+// waterfall span are computed here from the data attributes the page holds (its start, its waits
+// and the server's time, in ms since the epoch) and moved every second; and a poll whose answer is
+// the same as its last one is not swapped in again, so nothing on the page flickers or loses what
+// a person was typing.
 (function () {
   "use strict";
 
-  // The server's clock minus this browser's, from the X-Server-Time header of htmx answers (a
-  // 304's too: the browser updates the stored answer's headers with it); 0 until the first.
+  // The server's clock minus this browser's, from the server's time each live summary holds
+  // (data-clock-now, stamped as it was rendered); 0 until the first.
   var offset = 0;
-  var sentAt = new WeakMap();
 
   function now() {
     return Date.now() + offset;
   }
 
-  document.addEventListener("htmx:beforeSend", function (event) {
-    sentAt.set(event.detail.xhr, Date.now());
-  });
-  document.addEventListener("htmx:afterRequest", function (event) {
-    var xhr = event.detail.xhr;
-    var server = parseInt(xhr.getResponseHeader("X-Server-Time"), 10);
-    // Stamped while the request was on its way: take the middle of its round trip.
-    if (!isNaN(server) && sentAt.has(xhr)) offset = server - (sentAt.get(xhr) + Date.now()) / 2;
-  });
+  function setClock() {
+    var stamped = document.querySelector("[data-clock-now]");
+    if (stamped && !stamped.dataset.clockRead) {
+      offset = Number(stamped.dataset.clockNow) - Date.now();
+      stamped.dataset.clockRead = "1";
+    }
+  }
 
   // As traces.working_and_waited_seconds: the union of the waits is time waited, and a wait still
   // pending lasts until now, so while the run waits its working time stands still.
@@ -75,16 +71,30 @@
     });
   }
 
-  document.addEventListener("DOMContentLoaded", tick);
-  document.addEventListener("htmx:load", tick);
+  document.addEventListener("DOMContentLoaded", function () {
+    setClock();
+    tick();
+  });
+  document.addEventListener("htmx:load", function () {
+    setClock();
+    tick();
+  });
   setInterval(tick, 1000);
+
+  // What of an answer differs at each render without anything having changed: the CSRF tokens
+  // (masked afresh each time) and the server's time stamped on a live run's clock.
+  function unchanging(text) {
+    return text
+      .replace(/name="csrfmiddlewaretoken" value="[^"]*"/g, "")
+      .replace(/data-clock-now="[^"]*"/g, "");
+  }
 
   // The last answer of each poller, by its id (it replaces itself with an element of the same id).
   var lastAnswer = {};
   document.addEventListener("htmx:beforeSwap", function (event) {
     var poller = event.detail.elt;
     if (event.detail.isError || !poller.id || (poller.getAttribute("hx-trigger") || "").indexOf("every ") !== 0) return;
-    var text = event.detail.xhr.responseText;
+    var text = unchanging(event.detail.xhr.responseText);
     if (lastAnswer[poller.id] === text) event.detail.shouldSwap = false;
     lastAnswer[poller.id] = text;
   });
