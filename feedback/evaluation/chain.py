@@ -20,8 +20,7 @@ never an outcome. The outcome is the first of:
 
 1. **A person's verdict**: the latest human evaluation that says accomplished or not. People
    outrank every automatic evaluator, as for the score.
-2. **Not accomplished** if the run ended without an answer (failed or cancelled), or if it
-   called tools and every call failed: its answer rests on nothing a tool returned.
+2. **Not accomplished** if the run ended without an answer (failed or cancelled).
 3. **The checker's verdict**, when the run answers a dataset item with a checker
    (feedback.datasets.checkers, when that package is installed).
 4. **The reference's verdict**, when the task has an expected answer (latest automatic round):
@@ -32,6 +31,9 @@ never an outcome. The outcome is the first of:
    not count).
 7. **Unknown**: nothing to decide from (not evaluated yet, only the heuristic judge, the judge
    failed and there is no reference). Unknown is never counted as accomplished.
+
+And whatever rules 3 to 6 say, a run that called tools and saw every call fail is **not
+accomplished**: its answer rests on nothing a tool returned (only a person outranks this).
 """
 
 import logging
@@ -101,8 +103,17 @@ def run_outcome(run: Run, rows: list[dict] | None = None) -> str:
     person = _latest_human([r for r in verdicts if r["accomplished"] is not None])
     if person is not None:
         return _outcome(person["accomplished"])
-    if run.status in (Run.Status.FAILED, Run.Status.CANCELLED) or evidence.every_tool_call_failed(run.pk):
+    if run.status in (Run.Status.FAILED, Run.Status.CANCELLED):
         return Run.Outcome.NOT_ACCOMPLISHED
+    outcome = _automatic_outcome(run, verdicts)
+    # Counted only for a run about to be called accomplished: the others cost no query.
+    if outcome == Run.Outcome.ACCOMPLISHED and evidence.every_tool_call_failed(run.pk):
+        return Run.Outcome.NOT_ACCOMPLISHED
+    return outcome
+
+
+def _automatic_outcome(run: Run, verdicts: list[dict]) -> str:
+    """Rules 3 to 7: the checker, the reference, hard evidence against, an LLM judge, unknown."""
     checked = evidence.checker_passed(run)
     if checked is not None:
         return _outcome(checked)
