@@ -90,3 +90,19 @@ def test_mining_does_not_count_a_heuristic_yes_as_a_success():
     run = evaluated(make_finished_run(text=ARITHMETIC, output=WRONG, kind=Task.Kind.ARITHMETIC))
     assert run.score >= 0.8  # a high heuristic score...
     assert not Run.objects.filter(_succeeding(), pk=run.pk).exists()  # ...is not a success to learn from
+
+
+def test_the_outcomes_precision_counts_only_runs_called_accomplished_with_a_verdict():
+    from feedback.metrics.precision import precision
+
+    A, N, U = Run.Outcome.ACCOMPLISHED, Run.Outcome.NOT_ACCOMPLISHED, Run.Outcome.UNKNOWN
+    figure = precision([(A, True), (A, False), (A, True), (A, None), (N, True), (U, True)])
+    assert figure == {"n": 3, "passed": 2, "precision": 2 / 3}
+    assert precision([(U, True)]) == {"n": 0, "passed": 0, "precision": None}
+
+
+def test_without_dataset_checkers_the_metrics_page_shows_no_precision_figure(client, operator):
+    # The checkers are feedback.datasets (another branch): until they are merged, no figure.
+    client.force_login(operator)
+    html = client.get(reverse("feedback-metrics")).content.decode()
+    assert 'id="figure-outcome-precision"' not in html and 'id="figure-success-rate"' in html

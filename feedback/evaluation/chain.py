@@ -95,9 +95,10 @@ def composite_score(run: Run, rows: list[dict] | None = None) -> float | None:
     return round(sum(r["score"] * r["weight"] for r in latest) / total_weight, 4)
 
 
-def run_outcome(run: Run, rows: list[dict] | None = None) -> str:
+def run_outcome(run: Run, rows: list[dict] | None = None, *, use_checker: bool = True) -> str:
     """The run's outcome from its status and evaluations, by the rule in this module's docstring.
-    ``rows``: as for ``composite_score``."""
+    ``rows``: as for ``composite_score``; ``use_checker=False``: what it would be without a
+    dataset checker (the outcome's precision is measured against the checker, metrics.precision)."""
     rows = _verdict_rows(run.pk) if rows is None else rows
     verdicts = [r for r in rows if r["status"] == Evaluation.Status.OK]
     person = _latest_human([r for r in verdicts if r["accomplished"] is not None])
@@ -105,16 +106,16 @@ def run_outcome(run: Run, rows: list[dict] | None = None) -> str:
         return _outcome(person["accomplished"])
     if run.status in (Run.Status.FAILED, Run.Status.CANCELLED):
         return Run.Outcome.NOT_ACCOMPLISHED
-    outcome = _automatic_outcome(run, verdicts)
+    outcome = _automatic_outcome(run, verdicts, use_checker=use_checker)
     # Counted only for a run about to be called accomplished: the others cost no query.
     if outcome == Run.Outcome.ACCOMPLISHED and evidence.every_tool_call_failed(run.pk):
         return Run.Outcome.NOT_ACCOMPLISHED
     return outcome
 
 
-def _automatic_outcome(run: Run, verdicts: list[dict]) -> str:
+def _automatic_outcome(run: Run, verdicts: list[dict], *, use_checker: bool) -> str:
     """Rules 3 to 7: the checker, the reference, hard evidence against, an LLM judge, unknown."""
-    checked = evidence.checker_passed(run)
+    checked = evidence.checker_passed(run) if use_checker else None
     if checked is not None:
         return _outcome(checked)
     said = [(r, r["accomplished"]) for r in _latest_round(verdicts) if r["accomplished"] is not None]
