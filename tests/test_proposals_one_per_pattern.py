@@ -154,3 +154,16 @@ def test_a_rejected_proposal_seen_again_shows_its_recurrence_and_is_not_reinforc
     assert f"seen again 3 times since rejected on {decided}" in detail
     listing = client.get(reverse("feedback-strategy-list")).content.decode()
     assert f'id="recurrence-{strategy.pk}">seen again 3 times since rejected' in listing
+
+
+def test_a_proposal_made_before_the_identity_is_updated_not_repeated():
+    # As the miner keyed it before issue 23: one error signature (and the raw signature title).
+    old = Strategy.objects.create(
+        title="read_text_file fails: no such file: <q>.", pattern_kind="error_signature",
+        pattern_key="error_signature:file_analysis:sig-No such file: notes.txt", support=8,
+    )  # fmt: skip
+    _history()
+    mine_and_propose(window_days=30)
+    assert list(Strategy.objects.values_list("pk", flat=True)) == [old.pk]
+    old.refresh_from_db()
+    assert old.support == 16 and old.evidence.count() == 8

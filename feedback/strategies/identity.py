@@ -67,16 +67,19 @@ def _absorb(into: Pattern, other: Pattern) -> None:
         into.failing_total, into.succeeding_total = other.failing_total, other.succeeding_total
         into.details = {**other.details, **{k: v for k, v in keep.items() if k == "evaluators"}}
     into.evidence = sorted(set(into.evidence) | set(other.evidence))
+    into.mined_keys = sorted(set(into.mined_keys) | set(other.mined_keys))
     agreeing = set(into.details.get("evaluators", [])) | set(other.details.get("evaluators", []))
     into.details["evaluators"] = sorted(agreeing)
 
 
 def one_per_pattern(patterns: list[Pattern]) -> list[Pattern]:
     """The mined patterns grouped into one per proposal, each keyed by ``proposal_key`` and with
-    the evaluators that agree on it in ``details["evaluators"]``. The miner's own list is left
+    the evaluators that agree on it in ``details["evaluators"]``; ``mined_keys`` keeps the
+    miner's keys it was made of (a proposal made before this identity is found by them). The miner's own list is left
     as it was (copies are grouped)."""
     copies = [replace(p, details=dict(p.details), evidence=list(p.evidence)) for p in patterns]
     for p in copies:
+        p.mined_keys = [p.key[:200]]
         found = [p.details["evaluator"]] if p.kind == "evaluator_feedback" else []
         p.details["evaluators"] = sorted(set(found) | set(agreeing_evaluators(p.evidence)))
     explained = [p for p in copies if p.kind in ("error_signature", "malformed_reply", "tool_sequence")]

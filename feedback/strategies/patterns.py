@@ -35,6 +35,8 @@ class Pattern:
     # ``since`` (None: the beginning).
     window_days: int | None = None
     since: datetime | None = None
+    # The miner's own keys a proposal's pattern was grouped from (strategies/identity.py).
+    mined_keys: list[str] = field(default_factory=list)
 
     @property
     def lift(self) -> float:

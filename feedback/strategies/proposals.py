@@ -203,17 +203,18 @@ _DECIDED_AGAINST = (Strategy.Status.REJECTED, Strategy.Status.ROLLED_BACK)
 
 
 def _known(pattern: Pattern):
-    """The strategy this pattern already is: by its identity, or (for proposals written before
-    that identity) by the same kind and the same template title for the same task kind."""
-    strategies = Strategy.objects.select_for_update()
+    """The strategy this pattern already is: by its identity, or, for a proposal made before
+    that identity (keyed by one signature or one evaluator), by the miner's keys it was grouped
+    from, or by the same kind and template title for the same task kind."""
+    strategies = Strategy.objects.select_for_update().order_by("pk")
     strategy = strategies.filter(pattern_key=pattern.key[:200]).first()
+    if strategy is None and pattern.mined_keys:
+        strategy = strategies.filter(pattern_key__in=pattern.mined_keys).first()
     if strategy is None and pattern.kind != "task_keywords":
         title = _template(pattern, Secrets())[0][:200]
-        strategy = (
-            strategies.filter(pattern_kind=pattern.kind, title=title, evidence_summary__task_kind=pattern.task_kind)
-            .order_by("pk")
-            .first()
-        )
+        strategy = strategies.filter(
+            pattern_kind=pattern.kind, title=title, evidence_summary__task_kind=pattern.task_kind
+        ).first()
     return strategy
 
 
