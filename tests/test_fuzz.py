@@ -46,7 +46,7 @@ def all_forms() -> list[type[django_forms.Form]]:
     found = [
         cls
         for _, cls in inspect.getmembers(feedback_forms, inspect.isclass)
-        if issubclass(cls, django_forms.BaseForm) and cls.__module__ == feedback_forms.__name__
+        if issubclass(cls, django_forms.BaseForm) and cls.__module__.startswith(f"{feedback_forms.__name__}.")
     ]
     return sorted(found, key=lambda c: c.__name__)
 

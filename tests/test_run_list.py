@@ -51,8 +51,10 @@ def runs(db):
         ({"tool": "read_text_file"}, "b"),
         ({"error": "deadbeef"}, "b"),
         ({"q": "emails"}, "b"),  # stemmed: "emails" finds "emails", and would find "email"
-        # Stemmed both ways: PostgreSQL's full-text search (SQLite matches substrings).
-        pytest.param({"q": "counting words"}, "a", marks=pytest.mark.postgresql),
+        # Stemmed both ways, several words: PostgreSQL's text search, SQLite's FTS5 index.
+        ({"q": "counting words"}, "a"),
+        ({"q": "summarise words"}, "a"),
+        ({"q": "words -summarise"}, ""),
         ({"sort": "oldest"}, "abc"),
         ({"sort": "score"}, "abc"),  # unscored last
         ({"since": "2000-01-01", "kind": "file_analysis"}, "a"),

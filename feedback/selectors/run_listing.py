@@ -1,11 +1,13 @@
 """The run list: its rows, filters, search, keyset pages and the count of newer runs."""
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet, Value
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 
 from feedback.models import AppliedStrategy, Run, Step, Task
@@ -48,10 +50,13 @@ class RunPage:
 
 
 def search_runs(runs: QuerySet[Run], text: str) -> QuerySet[Run]:
-    """Full-text search over the task text: PostgreSQL's text search (served by the GIN index
-    of migration 0005) where we have it, a plain icontains on SQLite."""
-    if connection.vendor != "postgresql":
-        return runs.filter(task__text__icontains=text)
+    """Full-text search over the task text, the same words either way: PostgreSQL's text search
+    (served by the GIN index of migration 0005), or SQLite's FTS5 index (migration 0034)."""
+    if connection.vendor == "sqlite":
+        query = fts5_query(text)
+        if not query:
+            return runs.none()
+        return runs.filter(task_id__in=RawSQL(_FTS5_TASKS, [query]))
     from django.contrib.postgres.search import SearchQuery, SearchVector
 
     # The expression must be the one the index was built on, or PostgreSQL will not use it.
@@ -69,6 +74,24 @@ def search_runs(runs: QuerySet[Run], text: str) -> QuerySet[Run]:
 
 
 SEARCH_CONFIG = "english"
+_FTS5_TASKS = "SELECT rowid FROM feedback_task_fts WHERE feedback_task_fts MATCH %s"
+_FTS5_TERM = re.compile(r'(-?)"([^"]*)"|(-?)(\w+)')
+
+
+def fts5_query(text: str) -> str:
+    """What a person typed as an FTS5 query meaning what PostgreSQL's ``websearch`` reads: every
+    word (or "quoted phrase") must be there, a leading ``-`` excludes one. Each term goes in
+    double quotes, so nothing typed is read as FTS5 syntax (``NEAR``, ``*``, ``:``, a stray quote)."""
+    wanted, unwanted = [], []
+    for minus, phrase, minus_word, word in _FTS5_TERM.findall(text):
+        words = re.findall(r"\w+", phrase) if phrase else [word]
+        if words:
+            (unwanted if (minus or minus_word) else wanted).append('"' + " ".join(words) + '"')
+    if not wanted:
+        return ""
+    return " ".join(wanted) + "".join(f" NOT {term}" for term in unwanted)
+
+
 # Up to this many matching tasks, the search goes by their ids (see search_runs).
 SEARCH_FEW_TASKS = 1000
 

@@ -70,6 +70,9 @@ def test_make_run_s_stack_runs_a_submitted_task_end_to_end(tmp_path):
                 time.sleep(0.3)
         url, page = browser.submit("/accounts/login/", {"username": "staff", "password": "staff-demo"})
         assert not url.endswith("/accounts/login/"), "the demo login failed"
+        # A first start shows the product: the seeded history is staff's own runs.
+        _, page = browser.get("/runs/")
+        assert "Summarise release-notes.txt" in page and "Not accomplished" in page
         url, page = browser.submit(
             "/tasks/new/", {"kind": "arithmetic", "text": "What is (17 * 23 + 4) / 5?", "expected_answer": "79"}
         )

@@ -1,0 +1,62 @@
+"""A first start that shows the product: a short, real history for the embedded default.
+
+Every run here is a real run of the offline demo model in this process (the loop, the tools, the
+evaluation chain), asked by the demo `staff` user, so every figure a page shows of it is true:
+the mistakes are the model's own (the release notes it never finds, the idioms it cannot read),
+the proposals are what mining found in them, the trial's figures are its runs'. A reviewer's
+score, a re-run of a failed run and a proposal put on trial are taken by the demo reviewer, as a
+person would take them on the pages; their audit events say "seeded demo history".
+Seeded once, into a database without runs (``manage.py seed_demo``; ``--no-history`` skips it).
+"""
+
+import random
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from feedback.agent.loop import execute_run
+from feedback.evaluation.chain import evaluate_run
+from feedback.models import Run, Strategy, Workspace
+
+REASON = "seeded demo history"
+
+
+@dataclass(frozen=True)
+class History:
+    runs: int
+    proposals: int
+    on_trial: str  # the title of the proposal put on trial, "" when mining proposed none
+
+
+def seed_history(workspace: Workspace, *, runs: int = 40, trial_runs: int = 24, seed: int = 7) -> History | None:
+    """The history, or None when the database already has runs (it is never seeded twice)."""
+    from feedback.services import run_add_human_score, run_rerun
+    from feedback.strategies.demo import _trial_workload, reviewers_pick, run_phase, workload
+    from feedback.strategies.proposals import mine_and_propose
+    from feedback.strategies.services import strategy_approve
+
+    if Run.objects.exists():
+        return None
+    User = get_user_model()
+    staff, reviewer = User.objects.get(username="staff"), User.objects.get(username="reviewer")
+    rng = random.Random(seed)
+    phase = run_phase("seed", workload(rng, runs, workspace), staff, workspace)
+
+    proposals = mine_and_propose(window_days=None)
+    picked = reviewers_pick([s for s in proposals if s.status == Strategy.Status.PROPOSED])[:1]
+    for strategy in picked:
+        strategy_approve(strategy=strategy, reviewer=reviewer, reason=REASON, trial_fraction=0.5)
+        run_phase("trial", _trial_workload(rng, trial_runs, workspace), staff, workspace)
+
+    ended = Run.objects.filter(pk__in=phase.run_ids)
+    failed = ended.filter(outcome=Run.Outcome.NOT_ACCOMPLISHED).order_by("pk").first()
+    if failed is not None:
+        # The review queue's daily work: a person's verdict on a failure, and a re-run of it.
+        run_add_human_score(run=failed, user=reviewer, score=0.1, outcome=Run.Outcome.NOT_ACCOMPLISHED,
+                            comment="The answer misses the file the task names.")  # fmt: skip
+        with transaction.atomic():
+            again = run_rerun(run=failed, user=staff)
+        execute_run(again.pk)
+        evaluate_run(again.pk)
+    return History(runs=Run.objects.count(), proposals=len(proposals), on_trial=picked[0].title if picked else "")

@@ -1,0 +1,23 @@
+"""The forms, by the page family they serve; every name importable from ``feedback.forms``."""
+
+from .accounts import ApiTokenForm, LoginForm
+from .filters import AlertFilterForm, MetricsFilterForm, RunCompareForm, RunFilterForm
+from .review import ConfirmationForm, HumanScoreForm, MiningScheduleForm, StrategyDecisionForm, StrategyEditForm
+from .tasks import (
+    KIND_HELP,
+    SAFE_NAME,
+    UPLOAD_EXTENSIONS,
+    UPLOAD_MAX_BYTES,
+    UPLOAD_MAX_FILES,
+    MultipleFileField,
+    TaskForm,
+    check_upload,
+    kind_help,
+)
+
+__all__ = [
+    "KIND_HELP", "SAFE_NAME", "UPLOAD_EXTENSIONS", "UPLOAD_MAX_BYTES", "UPLOAD_MAX_FILES",
+    "AlertFilterForm", "ApiTokenForm", "ConfirmationForm", "HumanScoreForm", "LoginForm", "MetricsFilterForm",
+    "MiningScheduleForm", "MultipleFileField", "RunCompareForm", "RunFilterForm", "StrategyDecisionForm",
+    "StrategyEditForm", "TaskForm", "check_upload", "kind_help",
+]  # fmt: skip
