@@ -33,7 +33,7 @@ def recompute_confidence(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("feedback", "0033_confirmation_withdrawn"),
+        ("feedback", "0034_task_search_sqlite"),
     ]
 
     operations = [
