@@ -65,7 +65,10 @@ def test_an_answer_that_could_not_find_the_file_is_not_accomplished(client, revi
     assert '<span id="run-outcome"><span class="badge outcome-not_accomplished">Not accomplished</span>' in html
 
 
-def test_a_correct_answer_is_accomplished():
+def test_a_correct_answer_is_accomplished(judge_server):
+    # Issue 23: no expected answer and only the offline heuristic judge is no evidence (its "yes"
+    # stays a hint, tests/test_outcome_evidence.py); an LLM judge the operator configured decides.
+    judge_server.score, judge_server.accomplished = 0.9, True
     by_judge = evaluated(summary_run())  # no expected answer: the judge decides
     assert by_judge.outcome == Run.Outcome.ACCOMPLISHED
     assert by_judge.evaluations.get(kind="judge").accomplished is True
@@ -171,7 +174,7 @@ def test_a_human_verdict_overrides_the_evaluators(client, reviewer, make_reviewe
 def test_the_success_rate_counts_accomplished_runs_not_answered_ones(client, operator):
     noon = timezone.make_aware(datetime.combine(timezone.localdate() - timedelta(days=3), time(12)))
     evaluated(gave_up_run(created_at=noon))  # answered, not accomplished
-    evaluated(summary_run(created_at=noon))  # answered, accomplished
+    evaluated(summary_run(created_at=noon, expected_answer="/80 words/"))  # answered, accomplished
     evaluated(make_finished_run(status=Run.Status.FAILED, created_at=noon, kind=K.FILE_ANALYSIS))
     make_run(created_at=noon, status=Run.Status.RUNNING)  # not ended: left out
     tasks.daily_stats_refresh_task()  # beat: the closed days into the daily tables
@@ -232,7 +235,7 @@ def test_the_offline_judge_scores_real_answers_high(task, output):
 
 
 def test_the_run_list_filters_and_shows_the_outcome(client, operator):
-    done = evaluated(summary_run())
+    done = evaluated(summary_run(expected_answer="/80 words/"))
     gave_up = evaluated(gave_up_run())
     waiting = make_finished_run(output="4")  # ended, not evaluated yet
     client.force_login(operator)

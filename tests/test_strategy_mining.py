@@ -130,4 +130,4 @@ def test_a_model_that_answers_nonsense_leaves_the_template(settings):
     with model_writing(settings, "I think you should be careful."):
         mine_and_propose(window_days=30)
     version = Strategy.objects.get(pattern_kind="error_signature").current_version
-    assert version.new_guidance.startswith("When calling read_text_file in file analysis tasks")
+    assert version.new_guidance.startswith("Before calling read_text_file in file analysis tasks")

@@ -78,7 +78,7 @@ def test_proposals_never_quote_expected_answers_numbers_or_file_names():
 def test_guidance_is_written_from_the_kind_of_feedback_not_pasted_from_it():
     leaky_history()
     mine_and_propose(window_days=30)
-    reference = Strategy.objects.get(pattern_key__startswith="evaluator_feedback:arithmetic:reference:")
+    reference = Strategy.objects.get(pattern_key="evaluator_feedback:arithmetic:reference")
     guidance = reference.current_version.new_guidance
     assert "Expected" not in guidance and "addresses:" not in guidance
     assert "check it against each thing the task asks for" in guidance
@@ -131,7 +131,7 @@ def test_proposals_written_by_the_template_never_ask_the_model(settings):
     assert asked == 0
     titles = set(Strategy.objects.values_list("title", flat=True))
     assert "Check the answer" not in titles and titles
-    reference = Strategy.objects.get(pattern_key__startswith="evaluator_feedback:arithmetic:reference:")
+    reference = Strategy.objects.get(pattern_key="evaluator_feedback:arithmetic:reference")
     assert "check it against each thing the task asks for" in reference.current_version.new_guidance
 
 
@@ -140,7 +140,7 @@ def test_the_reviewer_still_reads_the_evaluators_words_outside_the_prompt(client
 
     leaky_history()
     mine_and_propose(window_days=30)
-    strategy = Strategy.objects.get(pattern_key__startswith="evaluator_feedback:arithmetic:reference:")
+    strategy = Strategy.objects.get(pattern_key="evaluator_feedback:arithmetic:reference")
     client.force_login(reviewer)
     html = client.get(reverse("feedback-strategy-detail", args=[strategy.pk])).content.decode()
     assert '<span class="prewrap" id="evidence-example">Expected 49; the answer has no numbers.</span>' in html

@@ -213,7 +213,7 @@ class StrategyOut(Out):
     status: str
     pattern_kind: str
     support: int
-    confidence: float
+    confidence: float | None = Field(description="The failure lift (rate with the pattern minus without); null: none")
     trial_fraction: float
     trial_started_at: datetime | None
     promoted_at: datetime | None = Field(description="When it became active (its watch starts there)")

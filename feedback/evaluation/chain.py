@@ -13,18 +13,27 @@ The composite rule, written down once (``composite_score``):
 The outcome rule, written down once (``run_outcome``). A run's status says how the process
 ended ("succeeded": with a final answer); its outcome says whether the task was accomplished.
 Each evaluation may give a verdict (``Evaluation.accomplished``: yes, no, or none); a failed
-evaluation gives none. The outcome is the first of:
+evaluation gives none. *Accomplished* needs evidence: a person, a reference or a dataset's
+checker (something that knows the right answer), or an LLM judge the operator configured. The
+offline heuristic judge reads no answer's meaning: its "yes" is a hint shown beside the score,
+never an outcome. The outcome is the first of:
 
 1. **A person's verdict**: the latest human evaluation that says accomplished or not. People
    outrank every automatic evaluator, as for the score.
 2. **Not accomplished** if the run ended without an answer (failed or cancelled).
-3. **The reference's verdict**, when the task has an expected answer (latest automatic round):
+3. **The checker's verdict**, when the run answers a dataset item with a checker
+   (feedback.datasets.checkers, when that package is installed).
+4. **The reference's verdict**, when the task has an expected answer (latest automatic round):
    the answer matches it fully or it does not. A known right answer outweighs any heuristic.
-4. **Not accomplished** on any hard evidence in the latest round: the rule evaluator found that
-   the answer gives up (a refusal, "I could not find…", "I don't know"), or the judge says no.
-5. **The judge's verdict** (an LLM's ``accomplished``, or the offline heuristic judge's).
-6. **Unknown**: nothing to decide from (not evaluated yet, the judge failed and there is no
-   reference). Unknown is never counted as accomplished.
+5. **Not accomplished** on any hard evidence in the latest round: the rule evaluator found that
+   the answer gives up (a refusal, "I could not find…", "I don't know"), or a judge says no.
+6. **An LLM judge's verdict** (``llm_judge:<model>``; the offline heuristic judge's "yes" does
+   not count).
+7. **Unknown**: nothing to decide from (not evaluated yet, only the heuristic judge, the judge
+   failed and there is no reference). Unknown is never counted as accomplished.
+
+And whatever rules 3 to 6 say, a run that called tools and saw every call fail is **not
+accomplished**: its answer rests on nothing a tool returned (only a person outranks this).
 """
 
 import logging
@@ -36,6 +45,7 @@ from django.db.models import OuterRef, Subquery
 from feedback import costs, lifecycle
 from feedback.models import Evaluation, EvaluationProfile, Run
 
+from . import evidence
 from .evaluators import EVALUATOR_KINDS, EvaluatorError, Verdict, rule_evaluator
 from .judge import judge_evaluator, judge_name
 from .profiles import profile_for
@@ -51,7 +61,7 @@ EVALUATORS: dict[str, Callable[[Run, dict], Verdict | None]] = {
 
 
 # What the composite and outcome rules read of a run's evaluations: one query gives both.
-_VERDICT_FIELDS = ("kind", "round", "status", "score", "weight", "accomplished", "created_at", "id")
+_VERDICT_FIELDS = ("kind", "evaluator", "round", "status", "score", "weight", "accomplished", "created_at", "id")
 
 
 def _verdict_rows(run_id: int) -> list[dict]:
@@ -85,9 +95,10 @@ def composite_score(run: Run, rows: list[dict] | None = None) -> float | None:
     return round(sum(r["score"] * r["weight"] for r in latest) / total_weight, 4)
 
 
-def run_outcome(run: Run, rows: list[dict] | None = None) -> str:
+def run_outcome(run: Run, rows: list[dict] | None = None, *, use_checker: bool = True) -> str:
     """The run's outcome from its status and evaluations, by the rule in this module's docstring.
-    ``rows``: as for ``composite_score``."""
+    ``rows``: as for ``composite_score``; ``use_checker=False``: what it would be without a
+    dataset checker (the outcome's precision is measured against the checker, metrics.precision)."""
     rows = _verdict_rows(run.pk) if rows is None else rows
     verdicts = [r for r in rows if r["status"] == Evaluation.Status.OK]
     person = _latest_human([r for r in verdicts if r["accomplished"] is not None])
@@ -95,13 +106,25 @@ def run_outcome(run: Run, rows: list[dict] | None = None) -> str:
         return _outcome(person["accomplished"])
     if run.status in (Run.Status.FAILED, Run.Status.CANCELLED):
         return Run.Outcome.NOT_ACCOMPLISHED
-    said = [(r["kind"], r["accomplished"]) for r in _latest_round(verdicts) if r["accomplished"] is not None]
-    reference = [yes for kind, yes in said if kind == Evaluation.Kind.REFERENCE]
+    outcome = _automatic_outcome(run, verdicts, use_checker=use_checker)
+    # Counted only for a run about to be called accomplished: the others cost no query.
+    if outcome == Run.Outcome.ACCOMPLISHED and evidence.every_tool_call_failed(run.pk):
+        return Run.Outcome.NOT_ACCOMPLISHED
+    return outcome
+
+
+def _automatic_outcome(run: Run, verdicts: list[dict], *, use_checker: bool) -> str:
+    """Rules 3 to 7: the checker, the reference, hard evidence against, an LLM judge, unknown."""
+    checked = evidence.checker_passed(run) if use_checker else None
+    if checked is not None:
+        return _outcome(checked)
+    said = [(r, r["accomplished"]) for r in _latest_round(verdicts) if r["accomplished"] is not None]
+    reference = [yes for r, yes in said if r["kind"] == Evaluation.Kind.REFERENCE]
     if reference:
         return _outcome(all(reference))
     if any(yes is False for _, yes in said):
         return Run.Outcome.NOT_ACCOMPLISHED
-    if any(yes for _, yes in said):
+    if any(yes and evidence.is_evidence(r) for r, yes in said):
         return Run.Outcome.ACCOMPLISHED
     return Run.Outcome.UNKNOWN
 

@@ -34,6 +34,7 @@ is not a change the rebuild sees: ``rebuild_daily_stats`` recounts everything.
 - ``errors``: what an error is (and the refusals counted apart), for the metrics and the trials;
 - ``counts``: the per-period counts, live and from the daily rows;
 - ``figures``: the scores, errors, interventions, costs and strategies built from them;
+- ``precision``: the outcome's precision against dataset checkers (dataset runs only);
 - ``tools``: the per-tool figures and their latency histograms;
 - ``daily``: the rebuild of closed days.
 
@@ -63,6 +64,7 @@ from .figures import (
     score_trend,
     strategy_effectiveness,
 )
+from .precision import outcome_precision
 from .tools import tool_stats
 from .window import ENDED, GRANULARITIES, Window, built_days, rate, split_window, whole_days
 
@@ -84,6 +86,7 @@ __all__ = [
     "error_groups",
     "intervention_summary",
     "intervention_trend",
+    "outcome_precision",
     "period_counts",
     "rate",
     "repeated_error_summary",

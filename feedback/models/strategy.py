@@ -44,7 +44,13 @@ class Strategy(models.Model):
     # What makes two proposals "the same": a repeated proposal raises support instead.
     pattern_key = models.CharField(max_length=200, blank=True)
     support = models.PositiveIntegerField(default=0)
-    confidence = models.FloatField(default=0.0)
+    # The pattern's failure lift (failure rate with it minus without it; its interval is in
+    # evidence_summary["failure_lift"]), None when it cannot be measured: never a made-up 1.00.
+    confidence = models.FloatField(null=True, blank=True)
+    # A rejected or rolled-back proposal mined again is not reinforced (its support and status
+    # stay): its new failing runs since the decision are counted here for reviewers to see.
+    recurrences = models.PositiveIntegerField(default=0)
+    recurred_at = models.DateTimeField(null=True, blank=True)
     # The failing-vs-succeeding contrast that made the miner propose it (counts, examples).
     evidence_summary = models.JSONField(default=dict, blank=True)
     evidence = models.ManyToManyField(Run, blank=True, related_name="evidence_for")
@@ -78,6 +84,18 @@ class Strategy(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+    @property
+    def decided_at(self) -> datetime | None:
+        """When it was rejected or rolled back (None: neither), for its recurrence's message."""
+        if self.status not in (self.Status.REJECTED, self.Status.ROLLED_BACK):
+            return None
+        return (
+            self.events.filter(to_status=self.status)
+            .order_by("-created_at")
+            .values_list("created_at", flat=True)
+            .first()
+        )
 
     def can_move_to(self, status: str) -> bool:
         return status in self.TRANSITIONS[self.status]

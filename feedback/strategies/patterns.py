@@ -6,6 +6,7 @@ Its own module so that mining.py and replies.py (one pattern kind, called by min
 it without importing each other.
 """
 
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -34,15 +35,43 @@ class Pattern:
     # ``since`` (None: the beginning).
     window_days: int | None = None
     since: datetime | None = None
+    # The miner's own keys a proposal's pattern was grouped from (strategies/identity.py).
+    mined_keys: list[str] = field(default_factory=list)
 
     @property
     def lift(self) -> float:
+        """The share of failing runs that show it minus the share of succeeding runs that do (the
+        miner's contrast: what keeps out what every run does)."""
         return self.failing_with / max(1, self.failing_total) - self.succeeding_with / max(1, self.succeeding_total)
 
+    def failure_lift(self) -> dict | None:
+        """The pattern's lift as a reviewer reads it: the failure rate of the counted runs that show
+        it minus that of those that do not, with a 95% interval (Agresti–Caffo: one failure and one
+        success added to each side, so small counts give a wide interval, not a certain one).
+        None when either side has no run: there is nothing to compare with."""
+        with_n = self.failing_with + self.succeeding_with
+        without_failing = max(0, self.failing_total - self.failing_with)
+        without_n = without_failing + max(0, self.succeeding_total - self.succeeding_with)
+        if with_n == 0 or without_n == 0:
+            return None
+        rate_with, rate_without = self.failing_with / with_n, without_failing / without_n
+        a, b = (self.failing_with + 1) / (with_n + 2), (without_failing + 1) / (without_n + 2)
+        half = 1.96 * math.sqrt(a * (1 - a) / (with_n + 2) + b * (1 - b) / (without_n + 2))
+        return {
+            "value": round(rate_with - rate_without, 3),
+            "low": round(max(-1.0, a - b - half), 3),
+            "high": round(min(1.0, a - b + half), 3),
+            "rate_with": round(rate_with, 3),
+            "rate_without": round(rate_without, 3),
+            "n_with": with_n,
+            "n_without": without_n,
+        }
+
     @property
-    def confidence(self) -> float:
-        """How often a run showing the pattern was a failing one."""
-        return self.failing_with / max(1, self.failing_with + self.succeeding_with)
+    def confidence(self) -> float | None:
+        """What a proposal shows as its confidence: the failure lift (None: not measurable)."""
+        lift = self.failure_lift()
+        return None if lift is None else lift["value"]
 
     def contrast(self) -> dict:
         return {
@@ -51,7 +80,8 @@ class Pattern:
             "succeeding_with": self.succeeding_with,
             "succeeding_total": self.succeeding_total,
             "lift": round(self.lift, 3),
-            "confidence": round(self.confidence, 3),
+            "confidence": self.confidence,
+            "failure_lift": self.failure_lift(),
             "window_days": self.window_days,
             "since": self.since.isoformat() if self.since else None,
             **self.details,

@@ -14,21 +14,23 @@ model's proposal that quotes any of them is refused for the template.
 
 import json
 import logging
-import re
 
 from django.conf import settings
 from django.db import transaction
 
 from feedback.agent.guardrails import ALWAYS_OFFERED, check_guardrails
 from feedback.agent.llm import openai_client, use_endpoint
-from feedback.models import Run, Step, Strategy, StrategyEvent, StrategyVersion
+from feedback.models import Run, Strategy, StrategyEvent, StrategyVersion
 from feedback.storable import unstorable
 
 from .conditions import check_condition
+from .examples import worked_example
 from .generalise import Secrets, generalise, leaks, redact, secrets
+from .identity import one_per_pattern
 from .mining import mine
 from .patterns import Pattern
 from .services import strategy_approve
+from .wording import _REPLY_FAILURES, error_advice, feedback_category
 
 logger = logging.getLogger(__name__)
 _DISCOVERY_TOOLS = {"list_directory"}
@@ -84,90 +86,6 @@ def _reply_guardrails(d: dict) -> list[dict]:
     return rules
 
 
-# Evaluator feedback by what it says, so the guidance is about the kind of shortfall, not about
-# one task: (category, how to recognise it, what answers do, what to do instead).
-_FEEDBACK_CATEGORIES = (
-    ("gives_up", re.compile(r"gives? up|gave up|refus|the run ended", re.I),
-     "answers give up", "Final answers give up on the task (“I could not…”).",
-     "In {kind} tasks, do not end with an answer that gives up while a tool can still help: when a call "
-     "fails, read its error, correct the arguments or look around the workspace (list the folders, "
-     "including sub-folders), and then answer what was asked."),
-    ("reference", re.compile(r"expected|does not match|does not contain|missing labels", re.I),
-     "answers miss the expected result", "Final answers do not give the result the task expects.",
-     "In {kind} tasks, before giving the final answer, check it against each thing the task asks for "
-     "(every quantity, label, name and unit it requests), work it out from the tool results rather than "
-     "guessing, and state the result itself in the answer."),
-    ("length", re.compile(r"characters|too short|too long|number of words|word count|length", re.I),
-     "answers have the wrong length", "Final answers are shorter or longer than the task asks.",
-     "In {kind} tasks, give the final answer at the length the task asks for: count with a tool where one "
-     "can, rather than estimate, and do not stop at a fragment."),
-    ("format", re.compile(r"\bmatches\b|format|json", re.I),
-     "answers are not in the form asked for", "Final answers are not in the form the task asks for.",
-     "In {kind} tasks, give the final answer in exactly the form the task asks for (a number, a list, "
-     "labels, a sentence), without other text around it."),
-    ("keyword", re.compile(r"mentions|missing", re.I),
-     "answers leave out what was asked", "Final answers leave out items the task asks about.",
-     "In {kind} tasks, name in the final answer each item the task asks about, in the task's own words."),
-)  # fmt: skip
-_FEEDBACK_OTHER = (
-    "other", None, "answers score low", "Final answers draw low scores.",
-    "In {kind} tasks, re-read the task before answering and make sure the final answer addresses every "
-    "part of it, using what the tools showed.",
-)  # fmt: skip
-
-
-def feedback_category(evaluator_kind: str, feedback: str) -> tuple:
-    if evaluator_kind == "reference":
-        return _FEEDBACK_CATEGORIES[1]
-    return next((c for c in _FEEDBACK_CATEGORIES if c[1].search(feedback)), _FEEDBACK_OTHER)
-
-
-# Malformed and empty replies (mining's reply failures): (title, what the model does, the format
-# reminder). The reminder says how to reply; it never quotes a reply. The JSON ones say "when asked
-# to reply in JSON": with a tool-mode switch to native calls the run is not, unless the endpoint
-# refuses tools and it falls back to JSON replies.
-_REPLY_FAILURES = {
-    "invalid_json": (
-        "Replies are not valid JSON in {kind} tasks",
-        "Replies with text that is not one valid JSON object (prose, code fences, a cut-off object).",
-        "When asked to reply in JSON, reply with exactly one JSON object and nothing else: no text before or "
-        "after it, no code fences, double quotes around every key and string, every bracket closed. To call tools: "
-        '{{"tool_calls": [{{"name": "<tool>", "arguments": {{...}}}}]}}; when done: {{"final_answer": "..."}}.',
-    ),
-    "bad_tool_calls": (
-        "Replies have unusable tool calls in {kind} tasks",
-        "Replies with JSON that has neither a usable 'tool_calls' list nor a 'final_answer'.",
-        'When asked to reply in JSON, each reply is either {{"tool_calls": [...]}} with at least one call, each '
-        'call an object with "name" (one of the listed tools) and "arguments" (an object), or '
-        '{{"final_answer": "..."}} with the answer as a string.',
-    ),
-    "empty_reply": (
-        "Empty replies in {kind} tasks",
-        "Replies with nothing: no text and no tool call.",
-        "Never reply with an empty message: every reply either calls one of the listed tools or gives the "
-        "final answer as text.",
-    ),
-    "unknown_tool": (
-        "Calls to tools that do not exist in {kind} tasks",
-        "Calls tools by names that are not in the list of tools.",
-        "Call only the tools listed for this task, with exactly their names; never invent a tool. If no listed "
-        "tool fits, work with the ones there are, or give the final answer.",
-    ),
-    "malformed_arguments": (
-        "Tool arguments are not a JSON object in {kind} tasks",
-        "Gives tool arguments that are not one valid JSON object.",
-        "Give each tool call's arguments as one JSON object with double-quoted keys and strings, matching "
-        "the tool's parameters, and nothing else.",
-    ),
-    "invalid_arguments": (
-        "Tool arguments break the tools' parameters in {kind} tasks",
-        "Gives tool arguments with missing, misnamed or mistyped parameters.",
-        "Give each tool exactly the parameters its schema declares: every required one, with the names and "
-        "types it lists (strings in quotes, numbers without), and no others.",
-    ),
-}
-
-
 def _template(pattern: Pattern, found: Secrets) -> Proposal:
     """(title, pattern text, old behaviour, new guidance) without a model, from the pattern's
     kind; the only evidence text it quotes is an error message, generalised."""
@@ -176,18 +94,17 @@ def _template(pattern: Pattern, found: Secrets) -> Proposal:
     contrast = f"{pattern.succeeding_with} of {pattern.succeeding_total} succeeding ones"
     if pattern.kind == "error_signature":
         error = generalise(d["example_error"], found)
+        title, advice = error_advice(d["tool"], d["error_class"], d["example_error"])
         return (
-            f"{d['tool']} fails: {error[:80]}",
+            title.format(tool=d["tool"], kind=kind),
             f"{d['tool']} failed with {d['error_class']} ('{error[:160]}') in {share}, against {contrast}.",
             f"Calls {d['tool']} in a way that fails with: {error[:200]}",
-            f"When calling {d['tool']} in {kind} tasks, avoid this failure: {error[:200].rstrip('.')}. "
-            "Check the arguments against what earlier observations showed (for file paths: list the "
-            "directories, including sub-folders, and use the exact path).",
+            f"{advice.format(tool=d['tool'], kind=kind)} The failure it avoids: {error[:200].rstrip('.')}.",
         )
     if pattern.kind == "tool_sequence":
         first, then = d["sequence"]
         return (
-            f"Avoid {first} then {then} in {kind} tasks",
+            f"Call {then} before {first} in {kind} tasks",
             f"The call sequence {first} → {then} appears in {share} and in {contrast}.",
             f"Calls {first} first and only then {then}.",
             f"In {kind} tasks, call {then} before {first}, and use what it shows to choose {first}'s arguments.",
@@ -269,30 +186,11 @@ def _written_by_model(pattern: Pattern, fallback: Proposal, found: Secrets) -> P
     return title, fallback[1], fallback[2], guidance
 
 
-def worked_example(task_kind: str, tool: str = "") -> str:
-    """A successful trajectory of a similar task, shown to the model as an example."""
-    runs = Run.objects.filter(
-        task_kind=task_kind,
-        status=Run.Status.SUCCEEDED,
-        outcome=Run.Outcome.ACCOMPLISHED,
-        score__gte=settings.STRATEGY_GOOD_SCORE,
-    ).exclude(steps__success=False)
-    if tool:
-        runs = runs.filter(steps__tool_name=tool)
-    run = runs.select_related("task").order_by("-score", "-created_at").first()
-    if run is None:
-        return ""
-    lines = [f"Task: {run.task.text[:300]}"]
-    for step in run.steps.filter(kind=Step.Kind.TOOL_CALL).exclude(tool_name="update_plan").order_by("index")[:8]:
-        lines.append(f"- {step.tool_name}({json.dumps(step.arguments)[:150]}) -> ok")
-    lines.append(f"Final answer: {run.final_output[:300]}")
-    return "\n".join(lines)
-
-
 def propose(patterns: list[Pattern]) -> list[Strategy]:
-    """Create or merge one strategy per pattern; returns those created or whose support rose."""
+    """Create or merge one strategy per pattern (identity.py says which patterns are one);
+    returns those created or whose support rose."""
     touched = []
-    for pattern in patterns:
+    for pattern in one_per_pattern(patterns):
         known, strategy = _merge(pattern)
         if not known:
             strategy = _create(pattern)
@@ -301,29 +199,86 @@ def propose(patterns: list[Pattern]) -> list[Strategy]:
     return touched
 
 
+_DECIDED_AGAINST = (Strategy.Status.REJECTED, Strategy.Status.ROLLED_BACK)
+
+
+def _known(pattern: Pattern):
+    """The strategy this pattern already is: by its identity, or, for a proposal made before
+    that identity (keyed by one signature or one evaluator), by the miner's keys it was grouped
+    from, or by the same kind and template title for the same task kind."""
+    strategies = Strategy.objects.select_for_update().order_by("pk")
+    strategy = strategies.filter(pattern_key=pattern.key[:200]).first()
+    if strategy is None and pattern.mined_keys:
+        strategy = strategies.filter(pattern_key__in=pattern.mined_keys).first()
+    if strategy is None and pattern.kind != "task_keywords":
+        title = _template(pattern, Secrets())[0][:200]
+        strategy = strategies.filter(
+            pattern_kind=pattern.kind, title=title, evidence_summary__task_kind=pattern.task_kind
+        ).first()
+    return strategy
+
+
 def _merge(pattern: Pattern) -> tuple[bool, Strategy | None]:
-    """(whether the pattern is already a strategy, that strategy if its support rose)."""
+    """(whether the pattern is already a strategy, that strategy if its support or its
+    recurrence rose)."""
     with transaction.atomic():
-        strategy = Strategy.objects.select_for_update().filter(pattern_key=pattern.key[:200]).first()
+        strategy = _known(pattern)
         if strategy is None:
             return False, None
         known = set(strategy.evidence.values_list("pk", flat=True))
         new = [pk for pk in pattern.evidence if pk not in known]
+        if strategy.status in _DECIDED_AGAINST:
+            return True, _recurred(strategy, pattern, new)
         if not new:
             return True, None
         strategy.evidence.add(*new)
         strategy.support += len(new)
-        strategy.confidence = round(pattern.confidence, 3)
-        strategy.evidence_summary = pattern.contrast()
+        strategy.confidence = pattern.confidence
+        strategy.evidence_summary = _summary(pattern)
         strategy.save(update_fields=["support", "confidence", "evidence_summary", "updated_at"])
         StrategyEvent.objects.create(
             strategy=strategy, version=strategy.current_version, action=StrategyEvent.Action.MERGE,
             from_status=strategy.status, to_status=strategy.status,
             reason=f"Mined again {pattern.window_text()}: {len(new)} new failing run(s); "
             f"support now {strategy.support}.",
-            snapshot=pattern.contrast(),
+            snapshot=_summary(pattern),
         )  # fmt: skip
     return True, strategy
+
+
+def _recurred(strategy: Strategy, pattern: Pattern, new: list[int]) -> Strategy | None:
+    """A rejected or rolled-back proposal seen again: its support, evidence and status stay (a
+    decision is not silently undone); the failing runs since the decision (or since it was last
+    seen again) are counted for reviewers."""
+    decided = (
+        strategy.events.filter(to_status=strategy.status)
+        .order_by("-created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    since = max(filter(None, [decided, strategy.recurred_at]), default=None)
+    runs = Run.objects.filter(pk__in=new)
+    if since is not None:
+        runs = runs.filter(created_at__gt=since)
+    latest = runs.order_by("-created_at").values_list("created_at", flat=True)
+    count = runs.count()
+    if not count:
+        return None
+    strategy.recurrences += count
+    strategy.recurred_at = latest.first()
+    strategy.save(update_fields=["recurrences", "recurred_at", "updated_at"])
+    StrategyEvent.objects.create(
+        strategy=strategy, version=strategy.current_version, action=StrategyEvent.Action.MERGE,
+        from_status=strategy.status, to_status=strategy.status,
+        reason=f"Seen again {pattern.window_text()}: {count} new failing run(s) since it was "
+        f"{strategy.get_status_display().lower()}; support and status unchanged.",
+        snapshot=_summary(pattern),
+    )  # fmt: skip
+    return strategy
+
+
+def _summary(pattern: Pattern) -> dict:
+    return {**pattern.contrast(), "task_kind": pattern.task_kind}
 
 
 def _create(pattern: Pattern) -> Strategy | None:
@@ -343,8 +298,8 @@ def _create(pattern: Pattern) -> Strategy | None:
     with transaction.atomic():
         strategy = Strategy.objects.create(
             title=title[:200], pattern_kind=pattern.kind, pattern_key=pattern.key[:200],
-            support=len(pattern.evidence), confidence=round(pattern.confidence, 3),
-            evidence_summary=pattern.contrast(), trial_fraction=settings.STRATEGY_TRIAL_FRACTION,
+            support=len(pattern.evidence), confidence=pattern.confidence,
+            evidence_summary=_summary(pattern), trial_fraction=settings.STRATEGY_TRIAL_FRACTION,
         )  # fmt: skip
         version = StrategyVersion.objects.create(
             strategy=strategy, number=1, title=title[:200], pattern=pattern_text, old_behaviour=old,
@@ -358,11 +313,12 @@ def _create(pattern: Pattern) -> Strategy | None:
         StrategyEvent.objects.create(
             strategy=strategy, version=version, action=StrategyEvent.Action.PROPOSE,
             to_status=Strategy.Status.PROPOSED, reason=f"Mined from recurring failures {pattern.window_text()}.",
-            snapshot={**version.snapshot(), "evidence": pattern.contrast()},
+            snapshot={**version.snapshot(), "evidence": _summary(pattern)},
         )  # fmt: skip
     if (
         settings.STRATEGY_AUTONOMY
         and strategy.support >= settings.STRATEGY_AUTONOMY_MIN_SUPPORT
+        and strategy.confidence is not None
         and strategy.confidence >= settings.STRATEGY_AUTONOMY_MIN_CONFIDENCE
     ):
         # Opt-in autonomy: to trial without a reviewer, never further.

@@ -10,6 +10,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from feedback import selectors, services
+from feedback.evaluation import evidence
 from feedback.forms import HumanScoreForm
 from feedback.models import Run
 
@@ -33,6 +34,7 @@ def evaluation_context(request: HttpRequest, run: Run, form: HumanScoreForm | No
         "run": run,
         "evaluations": evaluations,
         "evaluation_pending": pending,
+        "heuristic_hint": evidence.heuristic_hint(run, evaluations),
         # While the run is live its trace's tail is the page's poller, and brings this section
         # once the run has ended; from then on it polls itself until the evaluation is there.
         "evaluation_polls": pending and not run.is_active,

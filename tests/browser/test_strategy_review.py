@@ -25,7 +25,7 @@ def test_a_reviewer_mines_reviews_and_approves_a_strategy(page, live_server, set
     screenshot("strategy-list")
     page.locator(f"#strategy-{strategy.pk} a").click()
 
-    expect(page.locator("#guidance")).to_contain_text("When calling read_text_file")
+    expect(page.locator("#guidance")).to_contain_text("Before calling read_text_file")
     expect(page.locator(".diff .diff-add").first).to_be_visible()
     expect(page.get_by_text("12 of 12 failing runs show it, against 0 of 20 succeeding runs")).to_be_visible()
     screenshot("strategy-detail", full_page=False)
