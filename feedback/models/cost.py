@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -19,6 +20,10 @@ class ModelPrice(models.Model):
     output_per_million = models.DecimalField(_("output, USD per million tokens"), max_digits=12, decimal_places=6)
     note = models.CharField(_("note"), max_length=300, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Who last changed it on the Settings pages (feedback/views/settings_*.py); empty for the admin.
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, editable=False, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["model_name"]
