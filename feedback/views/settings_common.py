@@ -28,7 +28,8 @@ def edit_page(
 ) -> HttpResponse:
     """GET shows the form; POST saves it and goes back to the list, or shows it again with the
     errors and everything as it was typed (status 400, so nothing is taken for saved)."""
-    form = form_class(request.POST or None, instance=instance)
+    # Not ``request.POST or None``: a form of checkboxes all unticked posts nothing, and is a save.
+    form = form_class(request.POST if request.method == "POST" else None, instance=instance)
     if request.method == "POST" and form.is_valid():
         saved = services.setting_save(form=form, by=request.user)
         messages.success(request, _("“%(name)s” is saved.") % {"name": saved})
