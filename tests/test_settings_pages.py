@@ -38,14 +38,20 @@ SCORE_RULE = {
 
 
 def settings_row(kind: str) -> dict:
-    """One row of each kind the Settings pages edit, as URL kwargs (tests/test_permissions.py too)."""
+    """One row of each kind the Settings pages edit, as URL kwargs (tests/test_permissions.py and
+    tests/test_security.py too, which may ask twice in one test: the same row)."""
     if kind == "alert_rule":
-        return {"rule_id": AlertRule.objects.create(name="Queue", kind=AlertRule.Kind.STUCK_QUEUE).pk}
+        rule, _ = AlertRule.objects.get_or_create(name="Queue", kind=AlertRule.Kind.STUCK_QUEUE)
+        return {"rule_id": rule.pk}
     if kind == "mcp_server":
-        server = McpServer.objects.create(name="nowhere", command="/nonexistent/mcp-server", timeout_seconds=5)
+        server, _ = McpServer.objects.get_or_create(
+            name="nowhere", defaults={"command": "/nonexistent/mcp-server", "timeout_seconds": 5}
+        )
         return {"server_id": server.pk}
     if kind == "model_price":
-        price = ModelPrice.objects.create(model_name="gpt-x", input_per_million=1, output_per_million=2)
+        price, _ = ModelPrice.objects.get_or_create(
+            model_name="gpt-x", defaults={"input_per_million": 1, "output_per_million": 2}
+        )
         return {"price_id": price.pk}
     return {"setting_id": ToolSetting.objects.get_or_create(name="calculator")[0].pk}
 
