@@ -86,7 +86,10 @@ class McpServerForm(forms.ModelForm):
 class ModelPriceForm(forms.ModelForm):
     class Meta:
         model = ModelPrice
-        fields = ["model_name", "input_per_million", "output_per_million", "note"]
+        fields = ["model_name", "input_per_million", "output_per_million", "effective_from", "note"]
+        widgets = {
+            "effective_from": forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        }
 
     def clean_input_per_million(self):
         return _not_negative(self.cleaned_data["input_per_million"])

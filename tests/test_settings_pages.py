@@ -10,7 +10,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.urls import reverse
 
-from feedback import services
+from feedback import costs, services
 from feedback.agent.tools import enabled_tools
 from feedback.alerts.messages import notification
 from feedback.models import AlertDelivery, AlertIncident, AlertRule, McpServer, ModelPrice, ToolSetting
@@ -249,7 +249,8 @@ def test_what_a_server_said_is_shown_escaped(as_operator):
 def test_model_prices_are_added_refused_when_wrong_edited_and_deleted(as_operator, operator):
     before = ModelPrice.objects.count()  # the seeded prices (migrations) stay as they are
     create = reverse("feedback-settings-price-create")
-    typed = {"model_name": "team-model", "input_per_million": "-1", "output_per_million": "10", "note": "list price"}
+    typed = {"model_name": "team-model", "input_per_million": "-1", "output_per_million": "10", "note": "list price",
+             "effective_from": "2026-01-01T00:00"}  # fmt: skip
 
     refused = as_operator.post(create, typed)
     assert refused.status_code == 400 and ModelPrice.objects.count() == before
@@ -265,7 +266,7 @@ def test_model_prices_are_added_refused_when_wrong_edited_and_deleted(as_operato
     assert as_operator.post(edit, {**typed, "input_per_million": "3"}).status_code == 302
     assert ModelPrice.objects.get(pk=price.pk).input_per_million == 3
     page = as_operator.get(reverse("feedback-settings-price-list")).content.decode()
-    assert "by operator" in page and "<code>team-model</code>" in page
+    assert "by operator" in page and "<code>team-model</code>" in page and "2026-01-01 00:00" in page
 
     assert as_operator.post(reverse("feedback-settings-price-delete", args=[price.pk])).status_code == 302
     assert not ModelPrice.objects.filter(pk=price.pk).exists() and ModelPrice.objects.count() == before
@@ -316,3 +317,20 @@ def test_site_url_follows_the_port_and_an_alerts_link_says_it(monkeypatch, tmp_p
     )
     body = notification(delivery)
     assert body["url"].startswith("http://localhost:8123/") and body["history_url"].startswith("http://localhost:8123/")
+
+
+def test_a_price_entered_ahead_applies_from_its_date_and_the_list_says_which_is_in_effect(as_operator):
+    create = reverse("feedback-settings-price-create")
+    for when, price in (("2026-01-01T00:00", "1"), ("2026-06-01T00:00", "2"), ("2999-01-01T00:00", "9")):
+        data = {"model_name": "team-model", "input_per_million": price, "output_per_million": price,
+                "effective_from": when}  # fmt: skip
+        assert as_operator.post(create, data).status_code == 302
+
+    assert costs.price_for(backend="openai", model_name="team-model") == costs.Price(Decimal(2), Decimal(2))
+    html = as_operator.get(reverse("feedback-settings-price-list")).content.decode()
+    states = [row.split("<span class=\"badge", 1)[1].split("</span>")[0].split(">")[-1]
+              for row in html.split('id="model-price-')[1:] if "team-model" in row]  # fmt: skip
+    assert states == ["scheduled", "in effect", "replaced"]
+    again = as_operator.post(create, {"model_name": "team-model", "input_per_million": "3", "output_per_million": "3",
+                                      "effective_from": "2026-06-01T00:00"})  # fmt: skip
+    assert again.status_code == 400 and "already exists" in again.content.decode()

@@ -4,6 +4,7 @@ from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from feedback.agent.tools import BUILTIN_TOOLS
@@ -23,7 +24,17 @@ def _tools() -> str:
 
 @permission_required("feedback.view_modelprice", raise_exception=True)
 def model_price_list(request: HttpRequest) -> HttpResponse:
-    prices = ModelPrice.objects.select_related("updated_by")
+    prices = list(ModelPrice.objects.select_related("updated_by"))  # by model, newest first
+    now, current = timezone.now(), set()
+    for price in prices:
+        # Each model's first row that has started is the one in effect; those after it are past.
+        if price.effective_from > now:
+            price.state = "scheduled"
+        elif price.model_name not in current:
+            price.state = "current"
+            current.add(price.model_name)
+        else:
+            price.state = "replaced"
     return render(request, "feedback/settings/model_price_list.html", {"prices": prices, "section": "prices"})
 
 
