@@ -243,7 +243,10 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="webmaster@localhost"
 
 # --- Alerts (feedback/alerts/) -------------------------------------------------------------------
 # The dashboard's address as people reach it: the links in alert notifications start with it.
-SITE_URL = env.url("SITE_URL", default="http://127.0.0.1:8000", schemes=("http", "https")).rstrip("/")
+# By default the port the web server listens on: WEB_PORT (what `make run` gives honcho, which sets
+# a PORT of its own in every process, the worker's too) or else PORT (gunicorn's, a PaaS's).
+_WEB_PORT = env.int("WEB_PORT", default=env.int("PORT", default=8000, ge=1, le=65535), ge=1, le=65535)
+SITE_URL = env.url("SITE_URL", default=f"http://localhost:{_WEB_PORT}", schemes=("http", "https")).rstrip("/")
 # How long a webhook receiver, or the mail server, has to answer one attempt.
 ALERT_DELIVERY_TIMEOUT_SECONDS = env.float("ALERT_DELIVERY_TIMEOUT_SECONDS", default=10.0, gt=0)
 # Attempts per notification (a webhook's 5xx, timeouts, unreachable receivers and mail servers

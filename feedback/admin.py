@@ -99,7 +99,7 @@ class StrategyEventAdmin(admin.ModelAdmin):
 @admin.register(models.ModelPrice)
 class ModelPriceAdmin(admin.ModelAdmin):
     # Steps are priced when written: a change here prices the calls made from now on.
-    list_display = ["model_name", "input_per_million", "output_per_million", "note", "updated_at"]
+    list_display = ["model_name", "input_per_million", "output_per_million", "effective_from", "note", "updated_at"]
     list_editable = ["input_per_million", "output_per_million"]
     search_fields = ["model_name"]
 
@@ -114,10 +114,6 @@ class McpToolOverrideInline(admin.TabularInline):
     model = models.McpToolOverride
     extra = 0
     fields = ["tool", "enabled", "sensitive", "timeout_seconds", "result_rules"]
-
-
-# Changing any of these reaches another server (or the same one otherwise): list its tools again.
-_MCP_CONNECTION_FIELDS = {"transport", "command", "args", "env", "url", "headers", "timeout_seconds"}
 
 
 @admin.register(models.McpServer)
@@ -188,7 +184,7 @@ class McpServerAdmin(admin.ModelAdmin):
     def save_related(self, request, form, formsets, change) -> None:
         super().save_related(request, form, formsets, change)
         server = form.instance
-        if server.enabled and (not server.listed_at or _MCP_CONNECTION_FIELDS & set(form.changed_data)):
+        if server.enabled and (not server.listed_at or services.MCP_CONNECTION_FIELDS & set(form.changed_data)):
             self._list(request, server)
 
 

@@ -10,6 +10,8 @@ same way from the tokens it reports.
 from dataclasses import dataclass
 from decimal import Decimal
 
+from django.utils import timezone
+
 from feedback.models import ModelPrice
 
 OFFLINE_BACKEND = "offline"
@@ -34,6 +36,12 @@ def price_for(*, backend: str, model_name: str) -> Price | None:
     """The price of a model's tokens, None when the table has none for it."""
     if backend == OFFLINE_BACKEND:
         return FREE
-    rows = {row.model_name: row for row in ModelPrice.objects.filter(model_name__in=[model_name, ModelPrice.ANY_MODEL])}
+    # Per name, the row in effect now: the latest that has started (the first seen, newest first).
+    in_effect = ModelPrice.objects.filter(
+        model_name__in=[model_name, ModelPrice.ANY_MODEL], effective_from__lte=timezone.now()
+    ).order_by("-effective_from")
+    rows: dict[str, ModelPrice] = {}
+    for found in in_effect:
+        rows.setdefault(found.model_name, found)
     row = rows.get(model_name) or rows.get(ModelPrice.ANY_MODEL)
     return Price(row.input_per_million, row.output_per_million) if row else None

@@ -29,9 +29,27 @@ _OPERATOR_PERMS = [
     "view_alertattempt",
 ]
 
+# The Settings pages (feedback/views/settings_*.py): operators run the system, so they keep its
+# alert rules, MCP servers, model prices and tools; reviewers judge strategies and do not.
+SETTINGS_PERMS = [
+    "add_alertrule",
+    "change_alertrule",
+    "delete_alertrule",
+    "view_mcpserver",
+    "add_mcpserver",
+    "change_mcpserver",
+    "delete_mcpserver",
+    "view_modelprice",
+    "add_modelprice",
+    "change_modelprice",
+    "delete_modelprice",
+    "view_toolsetting",
+    "change_toolsetting",
+]
+
 ROLE_PERMISSIONS: dict[str, list[str]] = {
     STAFF: ["add_task", "view_workspace"],
-    OPERATOR: _OPERATOR_PERMS,
+    OPERATOR: [*_OPERATOR_PERMS, *SETTINGS_PERMS],
     REVIEWER: [
         *_OPERATOR_PERMS,
         "decide_strategy",

@@ -10,6 +10,9 @@ from feedback.views import (
     metrics,
     runs,
     schedules,
+    settings_alerts,
+    settings_mcp,
+    settings_tools,
     strategies,
     tasks,
     tokens,
@@ -53,6 +56,40 @@ urlpatterns = [
     path("confirmations/", confirmations.confirmation_list, name="feedback-confirmation-list"),
     path("alerts/", alerts.alert_list, name="feedback-alert-list"),
     path("alerts/rules/", alerts.alert_rule_list, name="feedback-alert-rule-list"),
+    # Settings, for operators (feedback/roles.py SETTINGS_PERMS).
+    path("settings/alert-rules/new/", settings_alerts.alert_rule_create, name="feedback-settings-alert-rule-create"),
+    path(
+        "settings/alert-rules/<int:rule_id>/", settings_alerts.alert_rule_edit, name="feedback-settings-alert-rule-edit"
+    ),
+    path(
+        "settings/alert-rules/<int:rule_id>/toggle/",
+        settings_alerts.alert_rule_toggle,
+        name="feedback-settings-alert-rule-toggle",
+    ),
+    path(
+        "settings/alert-rules/<int:rule_id>/delete/",
+        settings_alerts.alert_rule_delete,
+        name="feedback-settings-alert-rule-delete",
+    ),
+    path("settings/mcp-servers/", settings_mcp.mcp_server_list, name="feedback-settings-mcp-list"),
+    path("settings/mcp-servers/new/", settings_mcp.mcp_server_create, name="feedback-settings-mcp-create"),
+    path("settings/mcp-servers/<int:server_id>/", settings_mcp.mcp_server_edit, name="feedback-settings-mcp-edit"),
+    path(
+        "settings/mcp-servers/<int:server_id>/delete/",
+        settings_mcp.mcp_server_delete,
+        name="feedback-settings-mcp-delete",
+    ),
+    path("settings/mcp-servers/<int:server_id>/test/", settings_mcp.mcp_server_test, name="feedback-settings-mcp-test"),
+    path("settings/prices/", settings_tools.model_price_list, name="feedback-settings-price-list"),
+    path("settings/prices/new/", settings_tools.model_price_create, name="feedback-settings-price-create"),
+    path("settings/prices/<int:price_id>/", settings_tools.model_price_edit, name="feedback-settings-price-edit"),
+    path(
+        "settings/prices/<int:price_id>/delete/",
+        settings_tools.model_price_delete,
+        name="feedback-settings-price-delete",
+    ),
+    path("settings/tools/", settings_tools.tool_setting_list, name="feedback-settings-tool-list"),
+    path("settings/tools/<int:setting_id>/", settings_tools.tool_setting_edit, name="feedback-settings-tool-edit"),
     path(
         "confirmations/<int:confirmation_id>/decide/",
         confirmations.confirmation_decide,

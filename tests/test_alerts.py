@@ -503,9 +503,9 @@ def test_the_rules_page_lists_each_rule_its_condition_and_channels_without_secre
     assert "https://hooks.slack.com/…" in row and "ops@example.com" in row
     assert "SECRETPATH" not in html and rule.secret not in html
     assert ">queued longer than 15 minutes</td>" in html and '<span class="badge">No</span>' in html
-    assert reverse("admin:feedback_alertrule_change", args=[rule.pk]) not in html  # not an administrator
+    assert reverse("feedback-settings-alert-rule-edit", args=[rule.pk]) not in html  # a reviewer edits no rule
     client.force_login(admin_user)
     assert (
-        reverse("admin:feedback_alertrule_change", args=[rule.pk])
+        reverse("feedback-settings-alert-rule-edit", args=[rule.pk])
         in client.get(reverse("feedback-alert-rule-list")).content.decode()
     )

@@ -55,6 +55,22 @@ ACCESS = [
     # Alerts: the history and the rules are read by operators and reviewers; rules are edited in the admin.
     ("feedback-alert-list", "get", None, [LOGIN, 403, 403, 200, 200]),
     ("feedback-alert-rule-list", "get", None, [LOGIN, 403, 403, 200, 200]),
+    # Settings: operators only (feedback/roles.py SETTINGS_PERMS); a POST of nothing is a form error.
+    ("feedback-settings-alert-rule-create", "get", None, [LOGIN, 403, 403, 200, 403]),
+    ("feedback-settings-alert-rule-edit", "post", "alert_rule", [LOGIN, 403, 403, 400, 403]),
+    ("feedback-settings-alert-rule-toggle", "post", "alert_rule", [LOGIN, 403, 403, 302, 403]),
+    ("feedback-settings-alert-rule-delete", "get", "alert_rule", [LOGIN, 403, 403, 200, 403]),
+    ("feedback-settings-mcp-list", "get", None, [LOGIN, 403, 403, 200, 403]),
+    ("feedback-settings-mcp-create", "post", None, [LOGIN, 403, 403, 400, 403]),
+    ("feedback-settings-mcp-edit", "get", "mcp_server", [LOGIN, 403, 403, 200, 403]),
+    ("feedback-settings-mcp-delete", "get", "mcp_server", [LOGIN, 403, 403, 200, 403]),
+    ("feedback-settings-mcp-test", "post", "mcp_server", [LOGIN, 403, 403, 200, 403]),
+    ("feedback-settings-price-list", "get", None, [LOGIN, 403, 403, 200, 403]),
+    ("feedback-settings-price-create", "get", None, [LOGIN, 403, 403, 200, 403]),
+    ("feedback-settings-price-edit", "get", "model_price", [LOGIN, 403, 403, 200, 403]),
+    ("feedback-settings-price-delete", "post", "model_price", [LOGIN, 403, 403, 302, 403]),
+    ("feedback-settings-tool-list", "get", None, [LOGIN, 403, 403, 200, 403]),
+    ("feedback-settings-tool-edit", "get", "tool_setting", [LOGIN, 403, 403, 200, 403]),
     # Everyone signed in has their own API tokens (a token can do what its account can); another
     # person's token is not found.
     ("feedback-api-tokens", "get", None, [LOGIN, 200, 200, 200, 200]),
@@ -99,6 +115,10 @@ def _kwargs(kind, run):
         from feedback.api.tokens import api_token_create
 
         return {"token_id": api_token_create(user=run.task.created_by, name="theirs", scope="write").token.pk}
+    if kind in ("alert_rule", "mcp_server", "model_price", "tool_setting"):
+        from .test_settings_pages import settings_row
+
+        return settings_row(kind)
     if kind == "reset":
         return {"uidb64": "MQ", "token": "not-a-valid-token"}
     return None

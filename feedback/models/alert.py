@@ -2,6 +2,7 @@
 
 import secrets
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator, validate_email
 from django.db import models
@@ -76,6 +77,10 @@ class AlertRule(models.Model):
     secret = models.CharField(_("signing secret"), max_length=100, default=new_secret)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+    # Who last changed it on the Settings pages (feedback/views/settings_*.py); empty for the admin.
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, editable=False, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["name", "id"]

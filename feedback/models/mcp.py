@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
@@ -74,6 +75,11 @@ class McpServer(models.Model):
     tool_listing = models.JSONField(_("tool listing"), default=list, blank=True, editable=False)
     listed_at = models.DateTimeField(_("listed at"), null=True, blank=True, editable=False)
     list_error = models.TextField(_("last listing error"), blank=True, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+    # Who last changed it on the Settings pages (feedback/views/settings_*.py); empty for the admin.
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, editable=False, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["name"]

@@ -16,6 +16,11 @@ class ToolSetting(models.Model):
     enabled = models.BooleanField(default=True)
     timeout_seconds = models.FloatField(null=True, blank=True)
     config = StorableJSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # Who last changed it on the Settings pages (feedback/views/settings_*.py); empty for the admin.
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, editable=False, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["name"]

@@ -19,7 +19,11 @@ def alert_incidents(*, state: str = "", rule: AlertRule | None = None) -> QueryS
 
 def alert_rules() -> QuerySet[AlertRule]:
     """Every rule with its open incidents and when it last opened one."""
-    return AlertRule.objects.annotate(
-        open_incidents=Count("incidents", filter=Q(incidents__state=AlertIncident.State.OPEN)),
-        last_opened_at=Max("incidents__opened_at"),
-    ).order_by("name", "id")
+    return (
+        AlertRule.objects.select_related("updated_by")
+        .annotate(
+            open_incidents=Count("incidents", filter=Q(incidents__state=AlertIncident.State.OPEN)),
+            last_opened_at=Max("incidents__opened_at"),
+        )
+        .order_by("name", "id")
+    )

@@ -52,5 +52,6 @@ def alert_rule_list(request: HttpRequest) -> HttpResponse:
     for rule in rules:
         rule.shown_webhooks = [alerts.redacted(url) for url in rule.webhook_url_list()]
         rule.condition = alerts.rule_condition(rule)
-    can_edit = request.user.is_staff and request.user.has_perm("feedback.change_alertrule")
-    return render(request, "feedback/alert_rule_list.html", {"rules": rules, "can_edit": can_edit})
+    can_edit = request.user.has_perm("feedback.change_alertrule")
+    context = {"rules": rules, "can_edit": can_edit, "section": "alert-rules" if can_edit else None}
+    return render(request, "feedback/alert_rule_list.html", context)

@@ -21,6 +21,7 @@ built-ins do, and nothing of another run's), but it is a process of the operator
 the worker's rights, not confined to it; an HTTP server is sent nothing of the workspace.
 """
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -118,12 +119,16 @@ def listing_entry(tool: Any) -> dict[str, Any]:
     }
 
 
-def list_and_store(server: McpServer) -> list[dict[str, Any]]:
+def list_and_store(server: McpServer, *, timeout: float | None = None) -> list[dict[str, Any]]:
     """Ask the server for its tools and keep the listing; on failure keep the last one, record
-    the error and raise it (a ToolError saying what went wrong)."""
+    the error and raise it (a ToolError saying what went wrong). ``timeout``: at most this long
+    to start or reach the server and for each answer, if shorter than the server's own."""
     bridge = _bridge()
+    spec = spec_of(server)
+    if timeout is not None and timeout < spec.timeout:
+        spec = dataclasses.replace(spec, timeout=timeout)
     try:
-        tools = bridge.list_tools(spec_of(server))
+        tools = bridge.list_tools(spec)
     except bridge.McpFailure as exc:
         McpServer.objects.filter(pk=server.pk).update(list_error=str(exc))
         server.list_error = str(exc)
