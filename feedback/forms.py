@@ -28,6 +28,7 @@ UPLOAD_MAX_FILES = 10
 UPLOAD_EXTENSIONS = (".txt", ".md", ".csv", ".json", ".log")
 # Plain names only: no folders, no hidden files, nothing the sandbox would have to decode.
 SAFE_NAME = re.compile(r"^\w[\w .-]{0,99}$")
+ERROR_SIGNATURE = r"^[0-9a-f]{4,40}$"  # a prefix of a step's error signature (sha1 hex)
 
 # Per kind: what the form says about it and the example it shows (swapped in by htmx when the
 # kind changes). Kinds without an entry use "general".
@@ -366,7 +367,7 @@ class RunFilterForm(forms.Form):
     score_max = forms.FloatField(label=_("Score to"), required=False, min_value=0, max_value=1)
     tool = forms.ChoiceField(label=_("Tool used"), required=False)
     error = forms.RegexField(
-        label=_("Error signature"), required=False, regex=r"^[0-9a-f]{4,40}$", max_length=40,
+        label=_("Error signature"), required=False, regex=ERROR_SIGNATURE, max_length=40,
         error_messages={"invalid": _("An error signature is 4 to 40 hex digits.")},
     )  # fmt: skip
     strategy = forms.ModelChoiceField(

@@ -93,7 +93,7 @@ def test_axe_finds_no_serious_or_critical_violation_on_any_page(browser, live_se
         for url in _pages(history):
             page.goto(live_server.url + url)
             page.wait_for_load_state("networkidle")
-            if url.startswith(reverse("feedback-metrics")):
+            if page.locator("#metrics-data").count():  # the charts drawn (a role without metrics gets 403)
                 expect(page.locator("html")).to_have_attribute("data-charts-ready", "true")
             found[url] = _axe(page)
     finally:
