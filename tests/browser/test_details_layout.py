@@ -47,7 +47,7 @@ def test_a_0_60_score_is_drawn_at_60_percent_of_the_chart(page, live_server, dem
     low, high, at = page.evaluate(SCORE_AT, 0.6)
     assert (low, high) == (0, 1)
     assert at == pytest.approx(0.6, abs=0.01)
-    screenshot("metrics")
+    screenshot("metrics-score-axis")
 
 
 @pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
