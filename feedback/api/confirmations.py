@@ -9,7 +9,7 @@ from typing import Any, Literal
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Router
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from feedback import selectors, services
 from feedback.forms import ConfirmationForm
@@ -18,7 +18,7 @@ from feedback.models import ToolConfirmation
 from .auth import require_perm, require_write, user_of
 from .errors import ApiError, form_invalid, refusals
 from .outputs import Out, UserName, path_field
-from .schemas import Body, RunStatus, Text
+from .schemas import NO_NUL, NOT_BLANK, Body, RunStatus, Text, states
 
 router = Router(tags=["confirmations"])
 
@@ -44,8 +44,19 @@ class ConfirmationListOut(Out):
 
 
 class ConfirmationDecisionIn(Body):
+    # The form's rule, stated for clients: a refusal says why (whitespace alone is no reason).
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "if": {"properties": {"decision": {"const": "reject"}}, "required": ["decision"]},
+            "then": {"properties": {"reason": {"minLength": 1, "pattern": NOT_BLANK}}, "required": ["reason"]},
+        },
+    )
+
     decision: Literal["approve", "reject"]
-    reason: Text = Field("", max_length=1000, description="Needed to reject: the model reads it")
+    reason: Text = Field(
+        "", max_length=1000, description="Needed to reject: the model reads it", **states(pattern=NO_NUL)
+    )
 
 
 class ConfirmationDecidedOut(Out):

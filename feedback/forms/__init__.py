@@ -4,6 +4,7 @@ from .accounts import ApiTokenForm, LoginForm
 from .filters import AlertFilterForm, MetricsFilterForm, RunCompareForm, RunFilterForm
 from .review import ConfirmationForm, HumanScoreForm, MiningScheduleForm, StrategyDecisionForm, StrategyEditForm
 from .tasks import (
+    ERROR_SIGNATURE,
     KIND_HELP,
     SAFE_NAME,
     UPLOAD_EXTENSIONS,
@@ -16,7 +17,7 @@ from .tasks import (
 )
 
 __all__ = [
-    "KIND_HELP", "SAFE_NAME", "UPLOAD_EXTENSIONS", "UPLOAD_MAX_BYTES", "UPLOAD_MAX_FILES",
+    "ERROR_SIGNATURE", "KIND_HELP", "SAFE_NAME", "UPLOAD_EXTENSIONS", "UPLOAD_MAX_BYTES", "UPLOAD_MAX_FILES",
     "AlertFilterForm", "ApiTokenForm", "ConfirmationForm", "HumanScoreForm", "LoginForm", "MetricsFilterForm",
     "MiningScheduleForm", "MultipleFileField", "RunCompareForm", "RunFilterForm", "StrategyDecisionForm",
     "StrategyEditForm", "TaskForm", "check_upload", "kind_help",

@@ -6,6 +6,8 @@ from django.utils.translation import gettext_lazy as _
 from feedback.agent.tools import BUILTIN_TOOLS
 from feedback.models import AlertIncident, AlertRule, Run, Strategy, Task
 
+from .tasks import ERROR_SIGNATURE
+
 
 class MetricsFilterForm(forms.Form):
     kind = forms.ChoiceField(label=_("Kind"), required=False, choices=[("", _("Any")), *Task.Kind.choices])
@@ -43,7 +45,7 @@ class RunFilterForm(forms.Form):
     score_max = forms.FloatField(label=_("Score to"), required=False, min_value=0, max_value=1)
     tool = forms.ChoiceField(label=_("Tool used"), required=False)
     error = forms.RegexField(
-        label=_("Error signature"), required=False, regex=r"^[0-9a-f]{4,40}$", max_length=40,
+        label=_("Error signature"), required=False, regex=ERROR_SIGNATURE, max_length=40,
         error_messages={"invalid": _("An error signature is 4 to 40 hex digits.")},
     )  # fmt: skip
     strategy = forms.ModelChoiceField(

@@ -19,6 +19,7 @@ UPLOAD_MAX_FILES = 10
 UPLOAD_EXTENSIONS = (".txt", ".md", ".csv", ".json", ".log")
 # Plain names only: no folders, no hidden files, nothing the sandbox would have to decode.
 SAFE_NAME = re.compile(r"^\w[\w .-]{0,99}$")
+ERROR_SIGNATURE = r"^[0-9a-f]{4,40}$"  # a prefix of a step's error signature (sha1 hex)
 
 # Per kind: what the form says about it and the example it shows (swapped in by htmx when the
 # kind changes). Kinds without an entry use "general".

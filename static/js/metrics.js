@@ -7,7 +7,10 @@
   const percent = (values) => values.map((v) => (v === null ? null : Math.round(v * 1000) / 10));
   const colours = ["#1f5fbf", "#17794a", "#b42318", "#9a6700"];
 
-  function line(id, datasets, yTitle, max) {
+  // max (left axis) and y2Max (right axis) fix an axis's top: a score or a rate has a known
+  // range, so a 0.60 score is drawn at 60% of the height, not at the top of an axis that
+  // follows the data. An axis without one (cost, counts) follows the data from zero.
+  function line(id, datasets, yTitle, max, y2Max) {
     const canvas = document.getElementById(id);
     if (!canvas) return;
     new Chart(canvas, {
@@ -22,9 +25,9 @@
       options: {
         maintainAspectRatio: false, animation: false,
         scales: {
-          y: { beginAtZero: true, max: max, title: { display: true, text: yTitle } },
+          y: { beginAtZero: true, min: 0, max: max, title: { display: true, text: yTitle } },
           ...(datasets.some((d) => d.axis === "y2")
-            ? { y2: { beginAtZero: true, position: "right", grid: { drawOnChartArea: false } } } : {}),
+            ? { y2: { beginAtZero: true, min: 0, max: y2Max, position: "right", grid: { drawOnChartArea: false } } } : {}),
         },
       },
     });
@@ -33,7 +36,7 @@
   line("chart-score", [
     { label: data.text.avg_score, values: data.avg_score, axis: "y2" },
     { label: data.text.success_rate, values: percent(data.success_rate) },
-  ], "%", 100);
+  ], "%", 100, 1);
   line("chart-repeated", [
     { label: data.text.repeated_rate, values: percent(data.repeated_rate) },
     { label: data.text.repeated_per_run, values: data.repeated_per_run, axis: "y2" },
@@ -60,6 +63,8 @@
       options: { maintainAspectRatio: false, animation: false, scales: { y: { beginAtZero: true, title: { display: true, text: data.text.ms } } } },
     });
   }
-  // The browser test reads this to know the charts exist.
+  // The browser tests read these: that the charts exist, and each axis's range as drawn.
+  window.feedbackCharts = Object.fromEntries(
+    Object.values(Chart.instances).map((c) => [c.canvas.id, c]));
   document.documentElement.dataset.chartsReady = "true";
 })();
