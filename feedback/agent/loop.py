@@ -8,11 +8,9 @@ confirmation; while it runs, each turn's messages are appended to it.
 
 import json
 import logging
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
-from pathlib import Path
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
@@ -36,35 +34,13 @@ from .prompts import build_system_prompt
 from .recorder import Recorder, retrying, storable
 from .reflection import reflect
 from .retrieval import select_tools
+from .sandbox import prepare_sandbox
 from .tools import Tool, ToolContext, ToolError, enabled_tools
 from .tools.mcp import release_run
 
 logger = logging.getLogger(__name__)
 
 MAX_CONSECUTIVE_MODEL_ERRORS = 3
-
-
-def sandbox_path(run: Run) -> Path:
-    # Sub-agents work in the same files as the run that delegated to them.
-    root = run
-    while root.parent_id is not None:
-        root = root.parent
-    return Path(settings.RUN_SANDBOXES_ROOT) / str(root.pk)
-
-
-def prepare_sandbox(run: Run) -> Path:
-    """The run's own copy of its task's workspace (kept as it is on resume)."""
-    target = sandbox_path(run)
-    if target.exists():
-        return target
-    source = run.task.workspace.path if run.task.workspace_id else None
-    if source is not None and source.is_dir():
-        # symlinks=True copies links as links, so one pointing outside is refused by the
-        # sandbox instead of silently copying the outside file in.
-        shutil.copytree(source, target, symlinks=True)
-    else:
-        target.mkdir(parents=True, exist_ok=True)
-    return target
 
 
 class Paused(Exception):

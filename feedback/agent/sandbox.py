@@ -1,8 +1,39 @@
-"""The one place that decides whether a path stays inside a run's workspace."""
+"""A run's sandbox: its own copy of its workspace, and the one place that decides whether a path
+stays inside it."""
 
+import shutil
 import unicodedata
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
+
+from django.conf import settings
+
+if TYPE_CHECKING:
+    from feedback.models import Run
+
+
+def sandbox_path(run: "Run") -> Path:
+    # Sub-agents work in the same files as the run that delegated to them.
+    root = run
+    while root.parent_id is not None:
+        root = root.parent
+    return Path(settings.RUN_SANDBOXES_ROOT) / str(root.pk)
+
+
+def prepare_sandbox(run: "Run") -> Path:
+    """The run's own copy of its task's workspace (kept as it is on resume)."""
+    target = sandbox_path(run)
+    if target.exists():
+        return target
+    source = run.task.workspace.path if run.task.workspace_id else None
+    if source is not None and source.is_dir():
+        # symlinks=True copies links as links, so one pointing outside is refused by the
+        # sandbox instead of silently copying the outside file in.
+        shutil.copytree(source, target, symlinks=True)
+    else:
+        target.mkdir(parents=True, exist_ok=True)
+    return target
 
 
 class SandboxError(ValueError):

@@ -54,7 +54,7 @@ def with_arguments_shown(confirmations: Iterable[ToolConfirmation], *, user: Abs
 
 
 def _run_files(run: Run) -> Path | None:
-    from feedback.agent.loop import sandbox_path  # late: the agent's runtime is not a page's
+    from feedback.agent.sandbox import sandbox_path
 
     sandbox = sandbox_path(run)
     if sandbox.is_dir():
