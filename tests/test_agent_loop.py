@@ -5,7 +5,8 @@ import pytest
 from feedback import services
 from feedback.agent.conversation import conversation
 from feedback.agent.llm import LLMReply, ToolCall
-from feedback.agent.loop import AgentLoop, execute_run, sandbox_path
+from feedback.agent.loop import AgentLoop, execute_run
+from feedback.agent.sandbox import sandbox_path
 from feedback.models import Run, Step, Task, ToolConfirmation
 from feedback.privacy import email_pseudonym
 

@@ -15,7 +15,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from feedback import services
-from feedback.agent.loop import execute_run, sandbox_path
+from feedback.agent.loop import execute_run
+from feedback.agent.sandbox import sandbox_path
 from feedback.models import Run, Task, Workspace
 from feedback.quota import MB, QuotaExceeded, folder_bytes, usage_of
 

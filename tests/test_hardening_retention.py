@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from agentsite.celery import app
 from feedback import services
-from feedback.agent.loop import execute_run, sandbox_path
+from feedback.agent.loop import execute_run
+from feedback.agent.sandbox import sandbox_path
 from feedback.models import Run, Task, Workspace
 from feedback.retention import sandboxes_clean
 from feedback.tasks import run_sandboxes_clean_task

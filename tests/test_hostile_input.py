@@ -8,7 +8,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from feedback.agent.llm import LLMReply, ToolCall
-from feedback.agent.loop import execute_run, sandbox_path
+from feedback.agent.loop import execute_run
+from feedback.agent.sandbox import sandbox_path
 from feedback.agent.tools import BUILTIN_TOOLS
 from feedback.forms import UPLOAD_MAX_BYTES
 from feedback.models import Run, Step, Strategy, Task, ToolConfirmation, ToolSetting, Workspace

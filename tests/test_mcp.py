@@ -12,7 +12,7 @@ from feedback import services
 from feedback.agent import invoker
 from feedback.agent.breaker import CircuitBreaker
 from feedback.agent.llm import LLMReply, ToolCall
-from feedback.agent.loop import sandbox_path
+from feedback.agent.sandbox import sandbox_path
 from feedback.agent.tools import BUILTIN_TOOLS, ToolContext, enabled_tools
 from feedback.agent.tools.mcp import release_run
 from feedback.models import McpServer, McpToolOverride, Run, Step, Task, ToolConfirmation

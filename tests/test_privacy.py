@@ -7,7 +7,8 @@ from django.urls import reverse
 
 from feedback import services
 from feedback.agent.llm import LLMReply, ToolCall
-from feedback.agent.loop import AgentLoop, execute_run, sandbox_path
+from feedback.agent.loop import AgentLoop, execute_run
+from feedback.agent.sandbox import sandbox_path
 from feedback.models import Run, Step, StepAttempt, Task, ToolConfirmation, Workspace
 from feedback.privacy import CARD_MASK, PHONE_MASK, SECRET_MASK, email_pseudonym, luhn_valid, mask, mask_text
 
