@@ -98,7 +98,7 @@ DEMO_TRIAL_LIMIT ?= 30
 DEMO_TRIAL_STRATEGIES ?= 1
 demo-loop-local: $(VENV)/.run-deps $(LLM_VENV)/.installed
 	$(BIN)/python manage.py migrate --noinput -v 0
-	$(BIN)/python manage.py seed_demo > /dev/null
+	$(BIN)/python manage.py seed_demo --no-history > /dev/null
 	@mkdir -p var
 	@nohup bash -c '$(LOCAL_LLM_SERVER) > var/local-llm.log 2>&1 & server=$$!; trap "kill $$server" EXIT; \
 	  until curl -sf http://127.0.0.1:$(LLM_PORT)/v1/models > /dev/null; do sleep 1; done; \
@@ -131,5 +131,5 @@ clean:
 # The feedback loop end to end on the offline model: before, trial, after (see the README).
 demo-loop: $(VENV)/.run-deps
 	$(BIN)/python manage.py migrate --noinput -v 0
-	$(BIN)/python manage.py seed_demo > /dev/null
+	$(BIN)/python manage.py seed_demo --no-history > /dev/null
 	LOG_LEVEL=ERROR $(BIN)/python manage.py demo_loop --auto-approve --quiet --tasks $(or $(TASKS),150)
