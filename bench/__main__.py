@@ -55,7 +55,7 @@ def main() -> None:
     from django.db import connection
 
     from bench import report
-    from bench.history import BENCH_PASSWORD, GENERATED_TASK_PREFIX
+    from bench.history import BENCH_PASSWORD, GENERATED_TASK_PREFIX, fill
     from feedback.models import Run
 
     rows = []
@@ -72,7 +72,7 @@ def main() -> None:
         call_command("migrate", verbosity=0)
         started = time.perf_counter()
         # Twenty runs of 10,000 steps for the long trace pages, beside the ~10-step ones.
-        call_command("generate_history", runs=args.runs, long_runs=20, long_run_steps=10_000)
+        print(fill(runs=args.runs, long_runs=20, long_run_steps=10_000))
         rows.append(report.generation_row(args.runs, time.perf_counter() - started))
     elif (earlier := report.previous_generation(Path(args.out), args.runs)) is not None:
         rows.append(earlier)

@@ -307,3 +307,23 @@ class Generator:
 
 def generate(**options) -> dict[str, int]:
     return Generator(**options).generate()
+
+
+def fill(*, runs: int = 1000, steps: int = 10, days: int = 365, seed: int = 7, long_runs: int = 1,
+         long_run_steps: int = 1000, strategies: int = 60, progress: Callable[[str], object] = print) -> str:  # fmt: skip
+    """Generate the history, then rebuild the closed days' metric tables as beat would; returns a summary."""
+    from feedback.metrics.daily import daily_stats_rebuild_all
+
+    if connection.vendor != "postgresql":
+        raise RuntimeError("The bench history is written with PostgreSQL COPY: set DATABASE_URL to PostgreSQL.")
+    started = time.monotonic()
+    counts = generate(
+        runs=runs, steps=steps, days=days, seed=seed, long_runs=min(long_runs, runs),
+        long_run_steps=long_run_steps, strategies=strategies, progress=progress,
+    )  # fmt: skip
+    copied = time.monotonic() - started
+    daily_stats_rebuild_all()
+    return (
+        ", ".join(f"{n:,} {name}" for name, n in counts.items())
+        + f" in {copied:.0f} s; daily tables in {time.monotonic() - started - copied:.0f} s."
+    )

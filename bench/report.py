@@ -18,7 +18,7 @@ database. A scale's section is replaced when `make bench BENCH_RUNS=N` runs agai
 
 What the figures include:
 
-- **history**: `generate_history` (COPY, seed 7, one year, ~10 steps a run and twenty runs of
+- **history**: `bench.history` (COPY, seed 7, one year, ~10 steps a run and twenty runs of
   10,000 steps) plus the rollups and VACUUM ANALYZE.
 - **loop**: runs of 10 steps through `execute_run` with a model and a tool that take no time
   (claim, lease, heartbeat thread, strategy selection, the conversation, the tool invoker with its
@@ -80,7 +80,7 @@ def generation_row(runs: int, seconds: float) -> Result:
 
     steps = Step.objects.count()
     return Result(
-        "history", f"generate_history: {runs:,} runs, {steps:,} steps (COPY + rollups)", seconds, "s",
+        "history", f"bench.history: {runs:,} runs, {steps:,} steps (COPY + rollups)", seconds, "s",
         note="one year, seed 7",
     )  # fmt: skip
 

@@ -2,19 +2,17 @@
 that each benchmark runs and reports sane figures; the figures themselves come from `make bench`.
 """
 
-import io
 import random
 import shutil
 from datetime import datetime, time
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
 from django.db.models import Sum
 from django.utils import timezone
 
 from bench import dashboard, loop, mining, report, worker
-from bench.history import BENCH_PASSWORD
+from bench.history import BENCH_PASSWORD, fill
 from feedback.models import AppliedStrategy, DailyRunStats, DailyToolStats, Evaluation, Run, Step, Strategy
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
@@ -24,7 +22,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 def history(settings):
     # The gunicorn process logs in with the default hashers, not the tests' fast MD5.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
-    call_command("generate_history", runs=60, long_runs=3, long_run_steps=40, strategies=8, stdout=io.StringIO())
+    fill(runs=60, long_runs=3, long_run_steps=40, strategies=8, progress=lambda _: None)
 
 
 def test_the_generator_writes_a_realistic_history(history):
@@ -46,7 +44,7 @@ def test_the_generator_writes_a_realistic_history(history):
     assert Evaluation.objects.filter(kind="judge", accomplished__isnull=False).exists()
     # Deterministic: the same seed writes the same history again.
     first = list(Run.objects.order_by("id").values_list("status", "score", "step_count")[:60])
-    call_command("generate_history", runs=60, long_runs=3, long_run_steps=40, strategies=8, stdout=io.StringIO())
+    fill(runs=60, long_runs=3, long_run_steps=40, strategies=8, progress=lambda _: None)
     again = list(Run.objects.order_by("id").values_list("status", "score", "step_count")[60:])
     assert again == first
 

@@ -116,6 +116,8 @@ def test_keyset_pages_walk_the_whole_list_in_bounded_queries(client, operator, d
     for sort in ("newest", "oldest", "score"):
         pages, url, params = [], URL, {"sort": sort, "kind": "general"}
         while True:
+            # N+1 guarded: a page of the run list reads its rows' tasks and scores with the page,
+            # not per row, on every page of every sort.
             with django_assert_max_num_queries(10):
                 response = client.get(url, params)
             pages.append([r.pk for r in response.context["page"].runs])

@@ -138,6 +138,8 @@ def test_the_verdicts_cost_the_same_queries_for_few_or_many_runs(client, reviewe
             assert client.get(url).status_code == 200
         return len(captured)
 
+    # N+1 guarded: the strategy page's verdict per evidence run (its steps, the guardrails' replay)
+    # is read for all runs at once: the count does not grow from one run to ten.
     evidence_run(s, workspace=workspace, steps=[missing_file()])
     queries()  # the first page of a session reads what later ones find cached
     few = queries()

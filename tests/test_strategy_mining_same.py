@@ -1,13 +1,19 @@
-"""The set-based mining job (issue 16) finds what the job before it found, on the same histories.
+"""The mining job finds the patterns stored in fixtures/mining_patterns.json, on the same histories.
 
-mining_before.py is the job as it was (a frozen copy); each history here is random but seeded,
-with patterns of every kind planted among noise, so both have something to find and to miss.
+The snapshot was written from the job as it was before the set-based rewrite (issue 16), so the
+rewrite is held to what it found; each history here is random but seeded, with patterns of every
+kind planted among noise, so there is something to find and to miss. Run ids become positions in
+the history and windows their start relative to now, so the snapshot holds on any database.
+Re-write it (after a deliberate change of what mining finds) with WRITE_MINING_SNAPSHOT=1.
 """
 
+import json
+import os
 import random
 from dataclasses import asdict
 from datetime import timedelta
 from hashlib import sha1
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -16,9 +22,9 @@ from django.utils import timezone
 from feedback.models import Evaluation, Run, Step, Task
 from feedback.strategies.mining import mine
 
-from . import mining_before
-
 pytestmark = [pytest.mark.django_db]
+
+SNAPSHOT = Path(__file__).parent / "fixtures" / "mining_patterns.json"
 
 KINDS = ["file_analysis", "email_triage", "arithmetic"]
 TOOLS = ["read_text_file", "list_directory", "analyze_text", "calculator", "update_plan", "http_get"]
@@ -125,21 +131,35 @@ def _difference(before: list[dict], after: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _found(miner, window_days) -> list[dict]:
-    return [asdict(p) for p in miner(window_days=window_days)]
+def _found(window_days: int | None, now) -> list[dict]:
+    position = {pk: i for i, pk in enumerate(Run.objects.order_by("id").values_list("id", flat=True))}
+    found = []
+    for pattern in mine(window_days=window_days):
+        row = asdict(pattern)
+        row["evidence"] = [position[pk] for pk in row["evidence"]]
+        row["since"] = None if pattern.since is None else round((now - pattern.since).total_seconds())
+        found.append(row)
+    return json.loads(json.dumps(found))  # as stored: tuples become lists
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize(("support", "lift"), [(3, 0.1), (5, 0.3)])
-def test_it_finds_what_the_job_before_it_found(settings, monkeypatch, seed, support, lift):
+def test_it_finds_the_stored_patterns(settings, monkeypatch, seed, support, lift):
     settings.STRATEGY_MIN_SUPPORT, settings.STRATEGY_MIN_LIFT = support, lift
     settings.STRATEGY_LOW_SCORE, settings.STRATEGY_GOOD_SCORE = 0.5, 0.8
     _history(seed)
     now = timezone.now()
-    monkeypatch.setattr(timezone, "now", lambda: now)  # both read the same window
+    monkeypatch.setattr(timezone, "now", lambda: now)  # the window and the snapshot's times agree
+    stored = json.loads(SNAPSHOT.read_text()) if SNAPSHOT.exists() else {}
     kinds = set()
     for window_days in (30, None):
-        before, after = _found(mining_before.mine, window_days), _found(mine, window_days)
+        name = f"seed={seed} support={support} lift={lift} window={window_days}"
+        after = _found(window_days, now)
+        if os.environ.get("WRITE_MINING_SNAPSHOT"):
+            stored[name] = after
+            SNAPSHOT.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
+        before = stored[name]
+        assert before, name  # the snapshot has patterns to find on every history
         assert after == before, _difference(before, after)
         kinds |= {p["kind"] for p in after}
     if (support, lift) == (3, 0.1):  # the histories hold every kind of pattern to find

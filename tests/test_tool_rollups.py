@@ -171,6 +171,7 @@ def test_the_metrics_page_reads_the_tools_in_the_same_few_queries_however_many_s
     call_command("rebuild_daily_stats")
     html, many_steps = render()
     assert sum(row["calls"] for row in metrics.tool_stats(Window.last(365))) == 205 * len(runs)
+    # N+1 guarded (the metrics page's tool table): the count does not grow with the steps.
     # However many steps: the session's, the disk figures' (selectors/disk.py), and per figure the
     # tables' span, the closed days' rows and the live parts (today, and the empty days before the
     # tables) by one query each.
@@ -180,7 +181,8 @@ def test_the_metrics_page_reads_the_tools_in_the_same_few_queries_however_many_s
 
 
 def test_a_year_reads_its_tools_in_a_fixed_few_queries(history, django_assert_max_num_queries):
-    # A query per day or per tool would grow with the window: a year is one query per table.
+    # N+1 guarded (the metrics page's tool table): a query per day or per tool would grow with the
+    # window; a year is one query per table.
     window = Window(since=datetime(2025, 12, 9, tzinfo=UTC), until=datetime(2026, 12, 9, 10, tzinfo=UTC))
     with django_assert_max_num_queries(5):  # the span of the tables; stats and latency; two live edges
         rows = metrics.tool_stats(window)
