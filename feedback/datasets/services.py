@@ -30,3 +30,34 @@ def dataset_item_workspace(*, item: DatasetItem) -> Workspace | None:
     workspace.size_bytes = quota.folder_bytes(root)
     workspace.save(update_fields=["size_bytes"])
     return workspace
+
+
+def item_can_use(*, item: DatasetItem, user) -> bool:
+    """A private item is its owner's and readable by those who read every run (Workspace.owner's rule)."""
+    return item.private_to_id is None or item.private_to_id == user.pk or user.has_perm("feedback.view_run")
+
+
+@transaction.atomic
+def dataset_version_create(*, dataset, user, items: list[dict], note: str = "", base=None):
+    """A new version of ``dataset``: ``base``'s items (copied, never changed) followed by ``items``.
+    Each item is validated first (checker options, files): nothing is saved unless all pass."""
+    from django.db.models import Max
+
+    from feedback.models import DatasetVersion
+
+    copied = [
+        {f: getattr(i, f) for f in _FIELDS} | {"source_run_id": i.source_run_id, "private_to_id": i.private_to_id}
+        for i in (base.items.all() if base is not None else [])
+    ]
+    rows = [DatasetItem(position=n, **fields) for n, fields in enumerate(copied + items, start=1)]
+    for row in rows:
+        row.full_clean(exclude=["version"])
+    number = (dataset.versions.aggregate(n=Max("number"))["n"] or 0) + 1
+    version = DatasetVersion.objects.create(dataset=dataset, number=number, created_by=user, note=note)
+    for row in rows:
+        row.version = version
+    DatasetItem.objects.bulk_create(rows)
+    return version
+
+
+_FIELDS = ("kind", "text", "files", "expected", "checker", "checker_options", "split")
