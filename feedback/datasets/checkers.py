@@ -22,7 +22,7 @@ class CheckResult:
     detail: str
 
 
-def _numbers(answer: str) -> list[float]:
+def numbers_in(answer: str) -> list[float]:
     found = []
     for match in _NUMBER.finditer(answer):
         try:
@@ -36,7 +36,7 @@ def _numeric(expected: Any, answer: str, options: dict) -> CheckResult:
     target = float(expected)
     tolerance = float(options.get("tolerance", 0) or 0)
     relative = bool(options.get("relative", False))
-    numbers = _numbers(answer)
+    numbers = numbers_in(answer)
     if not numbers:
         return CheckResult(False, _("No number in the answer."))
     # The answer's last figure is its result ("3 + 4 = 7"); any figure matching counts only

@@ -61,3 +61,37 @@ def dataset_version_create(*, dataset, user, items: list[dict], note: str = "", 
 
 
 _FIELDS = ("kind", "text", "files", "expected", "checker", "checker_options", "split")
+
+
+def _item_from_run(run, *, checker: str) -> dict:
+    task = run.task
+    workspace = task.workspace
+    # A run on a private upload makes a private item (its files are the uploader's).
+    private_to = workspace.owner_id if workspace is not None and workspace.owner_id else None
+    expected: object = run.final_output.strip()
+    if checker == "numeric":
+        from .checkers import numbers_in
+
+        figures = numbers_in(run.final_output)
+        expected = figures[-1] if figures else None
+    fields = {"kind": task.kind, "text": task.text, "expected": expected, "checker": checker}
+    return fields | {"checker_options": {}, "source_run_id": run.pk, "private_to_id": private_to}
+
+
+@transaction.atomic
+def dataset_from_runs(*, runs, user, checker: str, dataset=None, name: str = "", note: str = ""):
+    """A new version of ``dataset`` (or a new dataset ``name``): its latest items plus one item per
+    run, the run's final answer as the expected value under ``checker``. Files are not copied
+    from workspaces here (the item keeps its source run)."""
+    from feedback.models import Dataset
+
+    if dataset is None:
+        dataset = Dataset.objects.create(name=name, created_by=user)
+    items = [_item_from_run(run, checker=checker) for run in runs]
+    return dataset_version_create(dataset=dataset, user=user, items=items, note=note, base=dataset.latest_version())
+
+
+def dataset_from_evidence(*, strategy, user, name: str | None = None, checker: str = "contains"):
+    """A dataset of ``strategy``'s evidence runs that ended with an answer."""
+    runs = strategy.evidence.select_related("task__workspace").exclude(final_output="").order_by("pk")
+    return dataset_from_runs(runs=list(runs), user=user, checker=checker, name=name or f"evidence-{strategy.pk}")
