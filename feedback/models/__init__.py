@@ -1,6 +1,7 @@
 from .account import LoginFailures
 from .alert import AlertAttempt, AlertDelivery, AlertIncident, AlertRule
 from .cost import ModelPrice
+from .dataset import Dataset, DatasetItem, DatasetVersion
 from .evaluation import Evaluation, EvaluationProfile
 from .idempotency import IdempotencyKey
 from .lock import JobLock
@@ -23,6 +24,9 @@ __all__ = [
     "DailyRunStats",
     "DailyToolLatency",
     "DailyToolStats",
+    "Dataset",
+    "DatasetItem",
+    "DatasetVersion",
     "Evaluation",
     "EvaluationProfile",
     "IdempotencyKey",

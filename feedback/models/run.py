@@ -66,6 +66,10 @@ class Run(models.Model):
     # The lease of the worker executing the run; a step is written only under a valid lease.
     worker = models.CharField(max_length=200, blank=True)
     cancel_requested = models.BooleanField(default=False)
+    # The dataset item this run answered (an experiment's run, or a run an item was made from).
+    dataset_item = models.ForeignKey(
+        "feedback.DatasetItem", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
 
     llm_backend = models.CharField(max_length=32, blank=True)
     model_name = models.CharField(max_length=200, blank=True)

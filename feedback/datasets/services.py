@@ -1,0 +1,97 @@
+"""State changes of datasets."""
+
+import uuid
+
+from django.db import transaction
+
+from feedback import quota
+from feedback.agent.sandbox import resolve
+from feedback.models import DatasetItem, Workspace
+
+
+@transaction.atomic
+def dataset_item_workspace(*, item: DatasetItem) -> Workspace | None:
+    """A workspace holding ``item``'s files, for a run of it to start from (None: no files).
+    Owned by the item's private owner, so the workspace rules (Workspace.owner) keep it theirs."""
+    if not item.files:
+        return None
+    workspace = Workspace.objects.create(
+        name=f"dataset-{uuid.uuid4().hex[:16]}",
+        description=f"Files of dataset item {item.pk}",
+        owner_id=item.private_to_id,
+    )
+    root = workspace.path
+    root.mkdir(parents=True, exist_ok=True)
+    for entry in item.files:
+        target = resolve(root, entry["name"])
+        if target.parent != root.resolve():
+            raise ValueError(f"{entry['name']!r} is not a plain file name.")
+        target.write_text(entry["content"], encoding="utf-8")
+    workspace.size_bytes = quota.folder_bytes(root)
+    workspace.save(update_fields=["size_bytes"])
+    return workspace
+
+
+def item_can_use(*, item: DatasetItem, user) -> bool:
+    """A private item is its owner's and readable by those who read every run (Workspace.owner's rule)."""
+    return item.private_to_id is None or item.private_to_id == user.pk or user.has_perm("feedback.view_run")
+
+
+@transaction.atomic
+def dataset_version_create(*, dataset, user, items: list[dict], note: str = "", base=None):
+    """A new version of ``dataset``: ``base``'s items (copied, never changed) followed by ``items``.
+    Each item is validated first (checker options, files): nothing is saved unless all pass."""
+    from django.db.models import Max
+
+    from feedback.models import DatasetVersion
+
+    copied = [
+        {f: getattr(i, f) for f in _FIELDS} | {"source_run_id": i.source_run_id, "private_to_id": i.private_to_id}
+        for i in (base.items.all() if base is not None else [])
+    ]
+    rows = [DatasetItem(position=n, **fields) for n, fields in enumerate(copied + items, start=1)]
+    for row in rows:
+        row.full_clean(exclude=["version"])
+    number = (dataset.versions.aggregate(n=Max("number"))["n"] or 0) + 1
+    version = DatasetVersion.objects.create(dataset=dataset, number=number, created_by=user, note=note)
+    for row in rows:
+        row.version = version
+    DatasetItem.objects.bulk_create(rows)
+    return version
+
+
+_FIELDS = ("kind", "text", "files", "expected", "checker", "checker_options", "split")
+
+
+def _item_from_run(run, *, checker: str) -> dict:
+    task = run.task
+    workspace = task.workspace
+    # A run on a private upload makes a private item (its files are the uploader's).
+    private_to = workspace.owner_id if workspace is not None and workspace.owner_id else None
+    expected: object = run.final_output.strip()
+    if checker == "numeric":
+        from .checkers import numbers_in
+
+        figures = numbers_in(run.final_output)
+        expected = figures[-1] if figures else None
+    fields = {"kind": task.kind, "text": task.text, "expected": expected, "checker": checker}
+    return fields | {"checker_options": {}, "source_run_id": run.pk, "private_to_id": private_to}
+
+
+@transaction.atomic
+def dataset_from_runs(*, runs, user, checker: str, dataset=None, name: str = "", note: str = ""):
+    """A new version of ``dataset`` (or a new dataset ``name``): its latest items plus one item per
+    run, the run's final answer as the expected value under ``checker``. Files are not copied
+    from workspaces here (the item keeps its source run)."""
+    from feedback.models import Dataset
+
+    if dataset is None:
+        dataset = Dataset.objects.create(name=name, created_by=user)
+    items = [_item_from_run(run, checker=checker) for run in runs]
+    return dataset_version_create(dataset=dataset, user=user, items=items, note=note, base=dataset.latest_version())
+
+
+def dataset_from_evidence(*, strategy, user, name: str | None = None, checker: str = "contains"):
+    """A dataset of ``strategy``'s evidence runs that ended with an answer."""
+    runs = strategy.evidence.select_related("task__workspace").exclude(final_output="").order_by("pk")
+    return dataset_from_runs(runs=list(runs), user=user, checker=checker, name=name or f"evidence-{strategy.pk}")
