@@ -101,8 +101,21 @@ def test_the_outcomes_precision_counts_only_runs_called_accomplished_with_a_verd
     assert precision([(U, True)]) == {"n": 0, "passed": 0, "precision": None}
 
 
-def test_without_dataset_checkers_the_metrics_page_shows_no_precision_figure(client, operator):
-    # The checkers are feedback.datasets (another branch): until they are merged, no figure.
+def test_the_metrics_page_shows_the_outcome_s_precision_against_the_dataset_checker(client, operator):
+    from feedback.datasets.services import dataset_from_runs
+
+    # Two dataset items whose expected answer is 42; two experiment runs both answer with a
+    # reference that says "accomplished" (the expected answer is in the task), one of them wrong by
+    # the checker's stricter reading (its last figure is 41).
+    source = make_finished_run(output="It is 42.", text="What is 6 * 7?", user=operator)
+    version = dataset_from_runs(runs=[source], user=operator, checker="numeric", name="sums")
+    item = version.items.get()
+    for answer in ("6 * 7 = 42", "42, or rather 41"):
+        run = make_finished_run(output=answer, expected_answer="42", text="What is 6 * 7?", user=operator,
+                                purpose=Run.Purpose.EXPERIMENT, dataset_item=item)  # fmt: skip
+        evaluate_run(run.pk)
     client.force_login(operator)
     html = client.get(reverse("feedback-metrics")).content.decode()
-    assert 'id="figure-outcome-precision"' not in html and 'id="figure-success-rate"' in html
+    figure = html[html.index('id="figure-outcome-precision"') :][:900]
+    assert ">50 %<" in figure and "the checker passes 1 of 2 runs called accomplished" in figure
+    assert "runs with a dataset item only, not production runs" in figure

@@ -27,13 +27,9 @@ def every_tool_call_failed(run_id: int) -> bool:
 
 
 def checker_passed(run: Run) -> bool | None:
-    """The dataset checker's verdict on the run's answer (None: no checker, or no dataset item).
-    The checkers live in feedback.datasets (another branch of the work): without that package
-    there is no checker verdict, and the reference decides."""
-    try:
-        from feedback.datasets.checkers import checker_verdict
-    except ImportError:
-        return None
+    """The dataset checker's verdict on the run's answer (None: no dataset item, or no answer)."""
+    from feedback.datasets.checkers import checker_verdict  # late: the checkers read the models
+
     result = checker_verdict(run)
     return None if result is None else bool(result.passed)
 

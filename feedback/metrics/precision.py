@@ -6,7 +6,7 @@ other evidence (a reference, a configured LLM judge; a heuristic "yes" is unknow
 have both: the outcome is decided as production would decide it, without the checker
 (``run_outcome(use_checker=False)``), and checked against it. This figure is about runs with a
 dataset item (experiment runs), never production runs, and the page says so. The checkers are
-``feedback.datasets.checkers`` (another part of the work); without them there is no figure.
+``feedback.datasets.checkers``.
 
 Computed over at most PRECISION_SAMPLE of the window's latest experiment runs: each needs its
 checker's verdict, which is Python, not SQL.
@@ -28,12 +28,9 @@ def precision(pairs: Iterable[tuple[str, bool | None]]) -> dict:
     return {"n": len(called), "passed": sum(called), "precision": sum(called) / len(called) if called else None}
 
 
-def outcome_precision(window: Window) -> dict | None:
-    """The outcome's precision on the window's dataset runs (None: no dataset checkers here)."""
-    try:
-        from feedback.datasets.checkers import checker_verdict
-    except ImportError:
-        return None
+def outcome_precision(window: Window) -> dict:
+    """The outcome's precision on the window's dataset runs."""
+    from feedback.datasets.checkers import checker_verdict
     from feedback.evaluation.chain import run_outcome
 
     runs = Run.objects.filter(

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("feedback", "0033_confirmation_withdrawn"),
+        ("feedback", "0036_settings_pages"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
