@@ -62,6 +62,19 @@ def local_model():
         server.wait(timeout=30)
 
 
+def _on_the_local_model(settings, base_url: str) -> None:
+    """The product's settings for the local model, one short task's worth of steps."""
+    settings.LLM_BACKEND = "openai"
+    settings.OPENAI_BASE_URL = base_url
+    settings.LLM_MODEL = "qwen2.5-coder-1.5b"
+    settings.LLM_TIMEOUT_SECONDS = 300
+    settings.LLM_MAX_TOKENS = 256
+    settings.LLM_TEMPERATURE = 0.0
+    settings.LLM_EMBEDDING_MODEL = ""
+    settings.TOOL_RETRIEVAL_THRESHOLD, settings.TOOL_RETRIEVAL_LIMIT = 4, 1
+    settings.AGENT_MAX_STEPS = 4
+
+
 def test_the_server_command_is_the_one_make_local_llm_runs():
     command = " ".join(_server_command(8080))
     # The model's own chat template: chatml-function-calling could not answer (docs/agent.md).
@@ -71,15 +84,7 @@ def test_the_server_command_is_the_one_make_local_llm_runs():
 
 
 def test_a_real_tool_call_through_the_local_model(local_model, settings, demo_workspace):
-    settings.LLM_BACKEND = "openai"
-    settings.OPENAI_BASE_URL = local_model
-    settings.LLM_MODEL = "qwen2.5-coder-1.5b"
-    settings.LLM_TIMEOUT_SECONDS = 300
-    settings.LLM_MAX_TOKENS = 256
-    settings.LLM_TEMPERATURE = 0.0
-    settings.LLM_EMBEDDING_MODEL = ""
-    settings.TOOL_RETRIEVAL_THRESHOLD, settings.TOOL_RETRIEVAL_LIMIT = 4, 1
-    settings.AGENT_MAX_STEPS = 4
+    _on_the_local_model(settings, local_model)
     # The calculator's description held an example, (17 * 23 + 4) / 3, and the model wrote it for
     # any sum: a call whose value is the task's own sum shows the model read the task.
     run = make_run(text="Use the calculator: what is 41 * 12 + 7?", kind=Task.Kind.ARITHMETIC,
@@ -105,15 +110,7 @@ def test_a_real_model_call_through_a_strategy_injected_prompt(local_model, setti
     prompt the real server answers, and the run records which strategy it got."""
     from feedback.models import AppliedStrategy, Strategy, StrategyVersion
 
-    settings.LLM_BACKEND = "openai"
-    settings.OPENAI_BASE_URL = local_model
-    settings.LLM_MODEL = "qwen2.5-coder-1.5b"
-    settings.LLM_TIMEOUT_SECONDS = 300
-    settings.LLM_MAX_TOKENS = 256
-    settings.LLM_TEMPERATURE = 0.0
-    settings.LLM_EMBEDDING_MODEL = ""
-    settings.TOOL_RETRIEVAL_THRESHOLD, settings.TOOL_RETRIEVAL_LIMIT = 4, 1
-    settings.AGENT_MAX_STEPS = 4
+    _on_the_local_model(settings, local_model)
     guidance = (
         "Never compute in your head: pass the whole expression to the calculator tool, then answer with its value."
     )
