@@ -2,19 +2,33 @@
 
 Each item of a dataset runs in both arms; its difference (treatment - control, in [-1, 1]: the
 checker's pass/fail or score) removes the item's own difficulty, which on a mix of easy and hard
-items is most of the spread. The test is the trials' mSPRT (strategies/sequential.py), as a
-one-sample test on the differences: d = their mean, s² = their variance / n, τ² = MIXTURE² · that
-variance. One method for trials and experiments, with the same guarantee (Ville's inequality:
-at most ALPHA false decisions however often one looks). Nothing is decided before MIN_PAIRS.
-Pure Python, no Django: the simulations in tests/test_experiments_simulation.py measure it.
+items is most of the spread.
+
+**The decision is a sequential sign test** (Wald's SPRT on the pairs that differ). Without an
+effect the arms are exchangeable, so a pair that differs is a win or a loss with probability 1/2
+whatever the items. Against the alternative that a pair which differs is a win with probability
+SIGN_ALTERNATIVE (0.9: "where the change changes anything, it helps nine times in ten"), the
+likelihood ratio after w wins and l losses is (2·0.9)^w · (2·0.1)^l, a martingale under the null,
+so by Ville's inequality it ever reaches 2/ALPHA with probability at most ALPHA/2; "reject" is the
+mirror test. At most ALPHA false decisions in all, however often one looks, and exact: no normal
+approximation, so no minimum of pairs. The trials' mSPRT as a one-sample test on the differences
+(the first try) promoted a change fixing 15% of the items within 60 items in 64% of simulations;
+this test does in 82% (tests/test_experiments_simulation.py), at the price of less power for a
+change that also breaks some items (its losses weigh five times a win).
+
+**The interval is the size**: the always-valid interval of the mean difference (the trials'
+mSPRT, strategies/sequential.py: d = the differences' mean, s² = their variance / n, τ² =
+MIXTURE² · that variance), shown beside the decision; it decides nothing.
+Pure Python, no Django.
 """
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from feedback.strategies.sequential import ALPHA, MIXTURE, Interval, Sample, half_width
 
-MIN_PAIRS = 10  # the normal approximation needs some pairs (as trials need runs per arm)
+SIGN_ALTERNATIVE = 0.9  # the share of differing pairs a helpful change wins (module docstring)
 
 
 @dataclass(frozen=True)
@@ -52,7 +66,13 @@ def paired_interval(differences: Sample, *, alpha: float = ALPHA) -> Interval | 
     return Interval(mean, mean - half, mean + half)
 
 
-def paired_verdict(differences: Iterable[float], *, alpha: float = ALPHA, minimum: int = MIN_PAIRS) -> PairedVerdict:
+def sign_evidence(wins: int, losses: int) -> tuple[float, float]:
+    """The log likelihood ratios for "better" and for "worse" after ``wins`` and ``losses``."""
+    win, loss = math.log(2 * SIGN_ALTERNATIVE), math.log(2 * (1 - SIGN_ALTERNATIVE))
+    return wins * win + losses * loss, losses * win + wins * loss
+
+
+def paired_verdict(differences: Iterable[float], *, alpha: float = ALPHA) -> PairedVerdict:
     """The verdict on per-item differences (treatment - control) seen so far."""
     sample, wins, losses, ties = Sample(), 0, 0, 0
     for d in differences:
@@ -60,8 +80,7 @@ def paired_verdict(differences: Iterable[float], *, alpha: float = ALPHA, minimu
             raise ValueError(f"a difference must be in [-1, 1], not {d}")
         sample.add(d)
         wins, losses, ties = wins + (d > 0), losses + (d < 0), ties + (d == 0)
-    interval = paired_interval(sample, alpha=alpha)
-    decision = "continue"
-    if interval is not None and sample.n >= minimum and interval.low != interval.high:
-        decision = "promote" if interval.low > 0 else "reject" if interval.high < 0 else "continue"
-    return PairedVerdict(decision, sample.n, wins, losses, ties, interval)
+    better, worse = sign_evidence(wins, losses)
+    bar = math.log(2 / alpha)
+    decision = "promote" if better >= bar else "reject" if worse >= bar else "continue"
+    return PairedVerdict(decision, sample.n, wins, losses, ties, paired_interval(sample, alpha=alpha))
