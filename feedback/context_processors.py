@@ -15,5 +15,6 @@ def roles(request: HttpRequest) -> dict:
         "can_confirm": user.has_perm("feedback.confirm_toolconfirmation"),
         "can_score": user.has_perm("feedback.score_run"),
         "can_view_alerts": user.has_perm("feedback.view_alertincident"),
+        "can_view_datasets": user.has_perm("feedback.view_dataset"),
         "can_edit_settings": user.has_perm("feedback.change_alertrule"),
     }

@@ -27,6 +27,9 @@ _OPERATOR_PERMS = [
     "view_alertincident",
     "view_alertdelivery",
     "view_alertattempt",
+    # Datasets hold tasks and answers copied from runs: those who read every run keep them.
+    "view_dataset",
+    "add_dataset",
 ]
 
 # The Settings pages (feedback/views/settings_*.py): operators run the system, so they keep its

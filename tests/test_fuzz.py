@@ -96,6 +96,7 @@ def _view_cases():
         ("post", "feedback-strategies-schedule", "reviewer", ["every_minutes"]),
         ("post", "feedback-confirmation-decide", "reviewer", ["decision", "reason"]),
         ("post", "feedback-run-score", "reviewer", list(feedback_forms.HumanScoreForm.base_fields)),
+        ("post", "feedback-dataset-import", "reviewer", ["name", "format", "content"]),
         ("get", "feedback-run-list", "operator", [*feedback_forms.RunFilterForm.base_fields, "after"]),
         ("get", "feedback-metrics", "operator", list(feedback_forms.MetricsFilterForm.base_fields)),
         ("get", "feedback-run-steps", "operator", ["after", "seen"]),

@@ -51,6 +51,9 @@ ACCESS = [
     ("feedback-review-queue", "get", None, [LOGIN, 403, 403, 403, 200]),
     ("feedback-metrics", "get", None, [LOGIN, 403, 403, 200, 200]),
     ("feedback-schedule-list", "get", None, [LOGIN, 403, 200, 200, 200]),
+    ("feedback-dataset-list", "get", None, [LOGIN, 403, 403, 200, 200]),
+    ("feedback-dataset-import", "post", None, [LOGIN, 403, 403, 400, 400]),
+    ("feedback-dataset-detail", "get", "dataset", [LOGIN, 403, 403, 200, 200]),
     ("feedback-schedule-toggle", "post", "schedule", [LOGIN, 403, 403, 403, 302]),
     # Alerts: the history and the rules are read by operators and reviewers; rules are edited in the admin.
     ("feedback-alert-list", "get", None, [LOGIN, 403, 403, 200, 200]),
@@ -119,6 +122,12 @@ def _kwargs(kind, run):
         from .test_settings_pages import settings_row
 
         return settings_row(kind)
+    if kind == "dataset":
+        from feedback.datasets.imports import dataset_import
+
+        item = '{"text": "What is 6 * 7?", "expected": 42, "checker": "numeric"}'
+        version = dataset_import(name="theirs", user=run.task.created_by, fmt="jsonl", content=item)
+        return {"dataset_id": version.dataset_id}
     if kind == "reset":
         return {"uidb64": "MQ", "token": "not-a-valid-token"}
     return None
