@@ -27,6 +27,12 @@ urlpatterns = [
     path("datasets/", datasets.datasets, name="feedback-dataset-list"),
     path("datasets/import/", datasets.dataset_import_view, name="feedback-dataset-import"),
     path("datasets/<int:dataset_id>/", datasets.dataset_detail, name="feedback-dataset-detail"),
+    path("datasets/from-runs/", datasets.dataset_from_runs_view, name="feedback-dataset-from-runs"),
+    path(
+        "strategies/<int:strategy_id>/dataset/",
+        datasets.dataset_from_evidence_view,
+        name="feedback-dataset-from-evidence",
+    ),
     path("schedules/", schedules.schedule_list, name="feedback-schedule-list"),
     path("schedules/<int:schedule_id>/toggle/", schedules.schedule_toggle, name="feedback-schedule-toggle"),
     path("runs/", runs.run_list, name="feedback-run-list"),

@@ -74,3 +74,59 @@ def test_staff_see_no_dataset_and_an_item_from_a_private_upload_is_marked(client
     client.force_login(operator)
     html = client.get(reverse("feedback-dataset-detail", args=[version.dataset_id])).content.decode()
     assert "private to staff" in html
+
+
+def test_runs_selected_in_the_run_list_become_a_dataset_with_their_references(client, reviewer, staff):
+    from feedback.models import Run
+
+    from .factories import make_finished_run
+
+    right = make_finished_run(output="It is 42.", text="What is 6 * 7?", user=staff)
+    referenced = make_finished_run(output="About 80", text="Count report.txt", expected_answer="/\\b80 words/")
+    client.force_login(reviewer)
+    listing = client.get(reverse("feedback-run-list")).content.decode()
+    assert f'id="select-run-{right.pk}"' in listing and 'form="add-to-dataset"' in listing
+    response = client.post(reverse("feedback-dataset-from-runs"),
+                           {"run": [right.pk, referenced.pk], "name": "picked", "checker": "numeric"})  # fmt: skip
+    dataset = Dataset.objects.get(name="picked")
+    assert response["Location"] == reverse("feedback-dataset-detail", args=[dataset.pk])
+    items = {item.source_run_id: item for item in dataset.latest_version().items.all()}
+    assert (items[right.pk].checker, items[right.pk].expected) == ("numeric", 42)
+    # The task's own reference outranks the run's answer: a regular expression here.
+    assert (items[referenced.pk].checker, items[referenced.pk].expected) == ("regex", "\\b80 words")
+    assert Run.objects.count() == 2  # nothing else made
+
+
+def test_staff_select_nothing_and_nobody_adds_runs_they_cannot_see(client, reviewer, staff):
+    client.force_login(staff)
+    assert 'form="add-to-dataset"' not in client.get(reverse("feedback-run-list")).content.decode()
+    client.force_login(reviewer)
+    response = client.post(
+        reverse("feedback-dataset-from-runs"), {"run": ["999999"], "name": "x", "checker": "contains"}
+    )
+    assert response.status_code == 302 and not Dataset.objects.exists()
+
+
+def test_a_strategy_s_evidence_becomes_a_dataset_of_the_runs_with_a_reference(client, reviewer):
+    from .factories import make_finished_run
+    from .test_strategy_lifecycle import make_strategy
+
+    strategy = make_strategy()
+    with_reference = make_finished_run(output="I could not find it.", text="Summarise release-notes.txt",
+                                       expected_answer="/\\b120 words/", status="failed")  # fmt: skip
+    without = make_finished_run(output="No idea.", text="Summarise something", status="failed")
+    strategy.evidence.add(with_reference, without)
+    client.force_login(reviewer)
+    page = client.get(reverse("feedback-strategy-detail", args=[strategy.pk])).content.decode()
+    assert 'id="dataset-from-evidence"' in page
+    response = client.post(reverse("feedback-dataset-from-evidence", args=[strategy.pk]))
+    dataset = Dataset.objects.get(name=f"evidence-{strategy.pk}")
+    assert response["Location"] == reverse("feedback-dataset-detail", args=[dataset.pk])
+    (item,) = dataset.latest_version().items.all()  # the failing answer is never the expected one
+    assert (item.source_run_id, item.checker, item.expected) == (with_reference.pk, "regex", "\\b120 words")
+    # No evidence run with a reference: a clear message, nothing made.
+    other = make_strategy()
+    other.evidence.add(without)
+    answer = client.post(reverse("feedback-dataset-from-evidence", args=[other.pk]), follow=True).content.decode()
+    assert "None of its evidence runs has an expected answer" in answer
+    assert not Dataset.objects.filter(name=f"evidence-{other.pk}").exists()

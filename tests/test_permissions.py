@@ -54,6 +54,8 @@ ACCESS = [
     ("feedback-dataset-list", "get", None, [LOGIN, 403, 403, 200, 200]),
     ("feedback-dataset-import", "post", None, [LOGIN, 403, 403, 400, 400]),
     ("feedback-dataset-detail", "get", "dataset", [LOGIN, 403, 403, 200, 200]),
+    ("feedback-dataset-from-runs", "post", None, [LOGIN, 403, 403, 302, 302]),
+    ("feedback-dataset-from-evidence", "post", "strategy", [LOGIN, 403, 403, 302, 302]),
     ("feedback-schedule-toggle", "post", "schedule", [LOGIN, 403, 403, 403, 302]),
     # Alerts: the history and the rules are read by operators and reviewers; rules are edited in the admin.
     ("feedback-alert-list", "get", None, [LOGIN, 403, 403, 200, 200]),

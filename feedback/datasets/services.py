@@ -3,6 +3,7 @@
 import uuid
 
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from feedback import quota
 from feedback.agent.sandbox import resolve
@@ -68,14 +69,30 @@ def _item_from_run(run, *, checker: str) -> dict:
     workspace = task.workspace
     # A run on a private upload makes a private item (its files are the uploader's).
     private_to = workspace.owner_id if workspace is not None and workspace.owner_id else None
-    expected: object = run.final_output.strip()
-    if checker == "numeric":
-        from .checkers import numbers_in
+    if task.expected_answer.strip():
+        # The person's own reference outranks the run's answer (which may be the failure itself).
+        checker, expected = reference_checker(task.expected_answer)
+    else:
+        expected = run.final_output.strip()
+        if checker == "numeric":
+            from .checkers import numbers_in
 
-        figures = numbers_in(run.final_output)
-        expected = figures[-1] if figures else None
+            figures = numbers_in(run.final_output)
+            expected = figures[-1] if figures else None
     fields = {"kind": task.kind, "text": task.text, "expected": expected, "checker": checker}
     return fields | {"checker_options": {}, "source_run_id": run.pk, "private_to_id": private_to}
+
+
+def reference_checker(expected_answer: str) -> tuple[str, object]:
+    """The checker a task's expected answer asks for, as the reference evaluator reads it:
+    ``/pattern/`` a regular expression, a lone number numeric, anything else contained."""
+    text = expected_answer.strip()
+    if len(text) > 2 and text.startswith("/") and text.endswith("/"):
+        return "regex", text[1:-1]
+    try:
+        return "numeric", float(text.replace(",", ""))
+    except ValueError:
+        return "contains", text
 
 
 @transaction.atomic
@@ -91,7 +108,10 @@ def dataset_from_runs(*, runs, user, checker: str, dataset=None, name: str = "",
     return dataset_version_create(dataset=dataset, user=user, items=items, note=note, base=dataset.latest_version())
 
 
-def dataset_from_evidence(*, strategy, user, name: str | None = None, checker: str = "contains"):
-    """A dataset of ``strategy``'s evidence runs that ended with an answer."""
-    runs = strategy.evidence.select_related("task__workspace").exclude(final_output="").order_by("pk")
-    return dataset_from_runs(runs=list(runs), user=user, checker=checker, name=name or f"evidence-{strategy.pk}")
+def dataset_from_evidence(*, strategy, user, name: str | None = None):
+    """A dataset of ``strategy``'s evidence runs whose task has an expected answer (a failing
+    run's own answer is no reference); ValueError when none has one."""
+    runs = list(strategy.evidence.select_related("task__workspace").exclude(task__expected_answer="").order_by("pk"))
+    if not runs:
+        raise ValueError(_("None of its evidence runs has an expected answer to check against."))
+    return dataset_from_runs(runs=runs, user=user, checker="contains", name=name or f"evidence-{strategy.pk}")

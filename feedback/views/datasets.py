@@ -1,13 +1,17 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from feedback import selectors
 from feedback.datasets.imports import MAX_IMPORT_BYTES, ImportRefused, dataset_import
+from feedback.datasets.services import dataset_from_evidence, dataset_from_runs
 from feedback.forms.datasets import DatasetImportForm
-from feedback.models import Dataset
+from feedback.models import Dataset, DatasetItem, Strategy
 from feedback.selectors.datasets import dataset_list, version_items
 from feedback.uploads import accepts_uploads
 
@@ -54,3 +58,42 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
     version = next((v for v in versions if str(v.number) == wanted), versions[0])
     context = {"dataset": dataset, "versions": versions, "version": version, "items": version_items(version)}
     return render(request, "feedback/dataset_detail.html", context)
+
+
+@require_POST
+@permission_required("feedback.add_dataset", raise_exception=True)
+def dataset_from_runs_view(request: HttpRequest) -> HttpResponse:
+    """Runs selected in the run list (those the reader may see) as items of a dataset's new version."""
+    ids = [int(v) for v in request.POST.getlist("run") if v.isdigit()]
+    runs = list(selectors.runs_visible_to(request.user).filter(pk__in=ids).select_related("task__workspace"))
+    name, checker = request.POST.get("name", "").strip(), request.POST.get("checker", "")
+    if not runs or not name or checker not in DatasetItem.Checker.values:
+        messages.error(request, _("Select runs, name the dataset and choose a checker."))
+        return redirect("feedback-run-list")
+    try:
+        with transaction.atomic():
+            dataset, _created = Dataset.objects.get_or_create(name=name[:100], defaults={"created_by": request.user})
+            version = dataset_from_runs(runs=runs, user=request.user, checker=checker, dataset=dataset)
+    except ValidationError as refused:
+        messages.error(request, _("Nothing was added: %(why)s") % {"why": "; ".join(refused.messages)})
+        return redirect("feedback-run-list")
+    messages.success(
+        request, _("%(n)s runs added: %(name)s v%(v)s.") % {"n": len(runs), "name": dataset.name, "v": version.number}
+    )
+    return redirect("feedback-dataset-detail", dataset_id=dataset.pk)
+
+
+@require_POST
+@permission_required("feedback.add_dataset", raise_exception=True)
+def dataset_from_evidence_view(request: HttpRequest, strategy_id: int) -> HttpResponse:
+    strategy = get_object_or_404(Strategy, pk=strategy_id)
+    try:
+        with transaction.atomic():
+            version = dataset_from_evidence(strategy=strategy, user=request.user, name=f"evidence-{strategy.pk}")
+    except (ValueError, ValidationError) as refused:
+        why = "; ".join(refused.messages) if isinstance(refused, ValidationError) else str(refused)
+        messages.error(request, _("No dataset was made: %(why)s") % {"why": why})
+        return redirect("feedback-strategy-detail", strategy_id=strategy.pk)
+    messages.success(request, _("%(name)s v%(v)s: %(n)s items from the evidence.")
+                     % {"name": version.dataset.name, "v": version.number, "n": version.items.count()})  # fmt: skip
+    return redirect("feedback-dataset-detail", dataset_id=version.dataset_id)

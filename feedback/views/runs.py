@@ -15,7 +15,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from feedback import quota, retention, selectors, services, traces
 from feedback.forms import RunFilterForm
-from feedback.models import Run, ToolConfirmation
+from feedback.models import DatasetItem, Run, ToolConfirmation
 
 from .confirmations import with_arguments_shown
 
@@ -79,6 +79,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "filtered": any(v not in (None, "") for k, v in filters.items() if k != "sort"),
         # The less used filters fold away unless one of them is set (or wrong).
         "advanced": any(filters.get(k) not in (None, "") for k in ADVANCED_FILTERS) or bool(form.errors),
+        "can_add_dataset": request.user.has_perm("feedback.add_dataset"),
+        "checkers": DatasetItem.Checker.choices,
         "first_url": _href(query),
         "next_url": _href(query, after=page.next_cursor) if page.next_cursor else "",
         "previous_url": _href(query, before=page.previous_cursor) if page.previous_cursor else "",

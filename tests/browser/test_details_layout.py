@@ -71,8 +71,9 @@ def test_run_list_rows_keep_their_column_names_on_a_phone(page, live_server, dem
     row = page.locator(f"#run-{a.pk}")
     expect(row).to_be_visible()
     labels = row.locator("td").evaluate_all("cells => cells.map(c => getComputedStyle(c, '::before').content)")
-    assert labels == ['"#: "', '"Task: "', '"Kind: "', '"Status: "', '"Outcome: "', '"Steps: "', '"Score: "',
-                      '"Created: "']  # fmt: skip
+    # (A reviewer's rows start with the box that selects them for a dataset.)
+    assert labels == ['"Select: "', '"#: "', '"Task: "', '"Kind: "', '"Status: "', '"Outcome: "', '"Steps: "',
+                      '"Score: "', '"Created: "']  # fmt: skip
     assert page.evaluate(OVERFLOW) <= 0
     screenshot("run-list-phone")
     # On a desktop the header names the columns: no label repeated in the cells.
