@@ -355,6 +355,7 @@ ENDPOINTS = {
     ("get", "/api/v1/strategies"), ("get", "/api/v1/strategies/{strategy_id}"),
     ("post", "/api/v1/strategies/{strategy_id}/decisions"),
     ("get", "/api/v1/confirmations"), ("post", "/api/v1/confirmations/{confirmation_id}/decide"),
+    ("get", "/api/v1/datasets"), ("get", "/api/v1/datasets/{dataset_id}"), ("post", "/api/v1/datasets"),
 }  # fmt: skip
 
 

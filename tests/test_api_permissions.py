@@ -6,6 +6,7 @@ someone else's run: it must be invisible to them through every endpoint."""
 import pytest
 
 from feedback.api.urls import api
+from feedback.datasets.imports import dataset_import
 from feedback.models import ApiToken, Evaluation, Run, Step, Strategy, StrategyEvent, Task, ToolConfirmation
 
 from .api_helpers import call, token_for
@@ -62,6 +63,15 @@ TABLE = [
      lambda body, w: body["data"] == []),
     ("POST", "/confirmations/{confirmation}/decide", {"decision": "approve"},
      [401, 401, 401, 401, 403, 403, 403, 409, 403], None),
+    # Datasets copy tasks and answers from runs: those who read every run keep them.
+    ("GET", "/datasets", None, [401, 401, 401, 401, 403, 403, 200, 200, 200],
+     lambda body, w: [row["name"] for row in body["data"]] == ["sums"]),
+    ("GET", "/datasets/{dataset}", None, [401, 401, 401, 401, 403, 403, 200, 200, 200],
+     lambda body, w: body["version"] == 1 and body["items"][0]["expected"] == 42),
+    ("POST", "/datasets", {"name": "more", "format": "jsonl",
+                           "content": '{"text": "What is 1 + 1?", "expected": 2, "checker": "numeric"}'},
+     [401, 401, 401, 401, 403, 403, 201, 201, 403],
+     lambda body, w: body["name"] == "more" and body["version"] == 1),
 ]  # fmt: skip
 
 # What each refusal says, by caller (a 403 for a read-only token says so).
@@ -99,7 +109,9 @@ def world(demo_workspace):
     Step.objects.create(run=run, index=0, kind=Step.Kind.TOOL_CALL, tool_name="read_text_file",
                         arguments={"path": "payroll.csv"}, result={"text": SECRET})  # fmt: skip
     confirmation = ToolConfirmation.objects.create(run=run, turn=1, tool_call_id="c1", tool_name="send_reply")
-    return {"run": run, "strategy": make_strategy(), "confirmation": confirmation}
+    sums = dataset_import(name="sums", user=owner, fmt="jsonl",
+                          content='{"text": "What is 6 * 7?", "expected": 42, "checker": "numeric"}')  # fmt: skip
+    return {"run": run, "strategy": make_strategy(), "confirmation": confirmation, "dataset": sums.dataset}
 
 
 @pytest.mark.parametrize(("method", "path", "body", "expected", "holds"), TABLE)
@@ -107,7 +119,8 @@ def world(demo_workspace):
 def test_api_access(client, world, caller, method, path, body, expected, holds):
     token = _token(caller)
     before = _counts()
-    url = path.format(run=world["run"].pk, strategy=world["strategy"].pk, confirmation=world["confirmation"].pk)
+    url = path.format(run=world["run"].pk, strategy=world["strategy"].pk, confirmation=world["confirmation"].pk,
+                      dataset=world["dataset"].pk)  # fmt: skip
     response = call(client, method, url, token=token, body=body)
     want = expected[CALLERS.index(caller)]
     assert response.status_code == want, f"{caller} {method} {path}: {response.content[:300]!r}"
@@ -132,7 +145,7 @@ def test_every_api_endpoint_has_an_access_row():
     paths = api.get_openapi_schema(path_prefix="")["paths"]
     endpoints = {(method.upper(), path) for path, operations in paths.items() for method in operations}
     rows = {(method, path.replace("{run}", "{run_id}").replace("{strategy}", "{strategy_id}")
-             .replace("{confirmation}", "{confirmation_id}")
+             .replace("{confirmation}", "{confirmation_id}").replace("{dataset}", "{dataset_id}")
              .replace("/steps/0", "/steps/{index}")) for method, path, *_ in TABLE}  # fmt: skip
     assert endpoints == rows
 

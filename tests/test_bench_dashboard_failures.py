@@ -15,14 +15,13 @@ def test_a_family_that_breaks_is_failed_alone(monkeypatch, tmp_path):
         yield type("Server", (), {"base": "http://bench"})
 
     def measure(base, targets, cookie, clients, seconds):
-        if targets[0][0].startswith("/metrics/"):
+        if targets[0].startswith("/metrics/"):
             raise RuntimeError("wrk failed or saw errors on /metrics/?days=365...: 3 timeouts")
         return 10.0, 20.0, 100
 
     monkeypatch.setattr(dashboard, "Gunicorn", server)
     monkeypatch.setattr(dashboard, "login", lambda base, username, password: "sessionid=x")
     monkeypatch.setattr(dashboard, "measure", measure)
-    monkeypatch.setattr(dashboard, "_etag", lambda base, path, cookie: "")
     monkeypatch.setattr(dashboard.cache, "clear", lambda: None)
     rows = dashboard.run(folder=tmp_path, username="u", password="p", collect_static=False)
     table = {row.measure: row for row in rows}

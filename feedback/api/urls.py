@@ -14,7 +14,7 @@ from django.views.decorators.common import no_append_slash
 from django.views.decorators.csp import csp_override
 from ninja import NinjaAPI, Swagger
 
-from . import confirmations, errors, runs, strategies, tasks
+from . import confirmations, datasets, errors, runs, strategies, tasks
 from .auth import BearerToken
 from .throttles import TokenThrottle, document_limits
 
@@ -53,6 +53,7 @@ api.add_router("", tasks.router)
 api.add_router("", runs.router)
 api.add_router("", strategies.router)
 api.add_router("", confirmations.router)
+api.add_router("", datasets.router)
 
 
 def _api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

@@ -1,6 +1,7 @@
 import time
 
 import pytest
+import tenacity.wait
 
 from feedback.agent import invoker
 from feedback.agent.breaker import CircuitBreaker
@@ -45,7 +46,8 @@ def test_schema_violation_names_the_field():
 def test_retryable_errors_are_retried_with_growing_delays(settings, monkeypatch):
     settings.TOOL_BACKOFF_SECONDS = 0.01
     ceilings = []
-    monkeypatch.setattr(invoker.random, "uniform", lambda low, high: ceilings.append(high) or 0)
+    # The full jitter of the one retry policy (feedback/retrying.py: tenacity's random exponential).
+    monkeypatch.setattr(tenacity.wait.random, "uniform", lambda low, high: ceilings.append(high) or 0)
     calls = []
 
     def flaky(ctx, n):
