@@ -309,8 +309,17 @@ def generate(**options) -> dict[str, int]:
     return Generator(**options).generate()
 
 
-def fill(*, runs: int = 1000, steps: int = 10, days: int = 365, seed: int = 7, long_runs: int = 1,
-         long_run_steps: int = 1000, strategies: int = 60, progress: Callable[[str], object] = print) -> str:  # fmt: skip
+def fill(
+    *,
+    runs: int = 1000,
+    steps: int = 10,
+    days: int = 365,
+    seed: int = 7,
+    long_runs: int = 1,
+    long_run_steps: int = 1000,
+    strategies: int = 60,
+    progress: Callable[[str], object] = print,
+) -> str:
     """Generate the history, then rebuild the closed days' metric tables as beat would; returns a summary."""
     from feedback.metrics.daily import daily_stats_rebuild_all
 
@@ -318,9 +327,15 @@ def fill(*, runs: int = 1000, steps: int = 10, days: int = 365, seed: int = 7, l
         raise RuntimeError("The bench history is written with PostgreSQL COPY: set DATABASE_URL to PostgreSQL.")
     started = time.monotonic()
     counts = generate(
-        runs=runs, steps=steps, days=days, seed=seed, long_runs=min(long_runs, runs),
-        long_run_steps=long_run_steps, strategies=strategies, progress=progress,
-    )  # fmt: skip
+        runs=runs,
+        steps=steps,
+        days=days,
+        seed=seed,
+        long_runs=min(long_runs, runs),
+        long_run_steps=long_run_steps,
+        strategies=strategies,
+        progress=progress,
+    )
     copied = time.monotonic() - started
     daily_stats_rebuild_all()
     return (

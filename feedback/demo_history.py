@@ -53,8 +53,13 @@ def seed_history(workspace: Workspace, *, runs: int = 40, trial_runs: int = 24, 
     failed = ended.filter(outcome=Run.Outcome.NOT_ACCOMPLISHED).order_by("pk").first()
     if failed is not None:
         # The review queue's daily work: a person's verdict on a failure, and a re-run of it.
-        run_add_human_score(run=failed, user=reviewer, score=0.1, outcome=Run.Outcome.NOT_ACCOMPLISHED,
-                            comment="The answer misses the file the task names.")  # fmt: skip
+        run_add_human_score(
+            run=failed,
+            user=reviewer,
+            score=0.1,
+            outcome=Run.Outcome.NOT_ACCOMPLISHED,
+            comment="The answer misses the file the task names.",
+        )
         with transaction.atomic():
             again = run_rerun(run=failed, user=staff)
         execute_run(again.pk)

@@ -61,10 +61,17 @@ class _ExportTask(SettingsRetries):
 
 
 _EXPORT_RETRIES = {
-    "base": _ExportTask, "bind": True, "autoretry_for": (TransientError,), "retry_backoff": 5,
-    "retry_backoff_max": 600, "retry_jitter": True,
-    "acks_late": True, "reject_on_worker_lost": True, "ignore_result": True, "soft_time_limit": 300,
-}  # fmt: skip
+    "base": _ExportTask,
+    "bind": True,
+    "autoretry_for": (TransientError,),
+    "retry_backoff": 5,
+    "retry_backoff_max": 600,
+    "retry_jitter": True,
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "ignore_result": True,
+    "soft_time_limit": 300,
+}
 
 
 @shared_task(**_EXPORT_RETRIES)
@@ -171,10 +178,15 @@ class _AlertDeliverTask(SettingsRetries):
 
 
 @shared_task(
-    base=_AlertDeliverTask, bind=True, ignore_result=True, soft_time_limit=120,
-    autoretry_for=(DeliveryFailed,), retry_backoff=settings.ALERT_RETRY_BACKOFF_SECONDS,
-    retry_backoff_max=RETRY_BACKOFF_MAX_SECONDS, retry_jitter=True,
-)  # fmt: skip
+    base=_AlertDeliverTask,
+    bind=True,
+    ignore_result=True,
+    soft_time_limit=120,
+    autoretry_for=(DeliveryFailed,),
+    retry_backoff=settings.ALERT_RETRY_BACKOFF_SECONDS,
+    retry_backoff_max=RETRY_BACKOFF_MAX_SECONDS,
+    retry_jitter=True,
+)
 def alert_deliver_task(self, delivery_id: int) -> None:
     # One attempt, recorded on the delivery's row; one that failed for a reason that may pass is
     # retried by Celery after its backoff (autoretry_for).

@@ -16,8 +16,11 @@ def test_an_import_makes_a_version_that_the_list_and_the_dataset_show(client, re
     assert answer.status_code == 201, answer.content
     body = answer.json()
     assert (body["name"], body["version"], body["items"][0]["expected"], body["items"][0]["checker"]) == (
-        "sums", 1, 42, "numeric",
-    )  # fmt: skip
+        "sums",
+        1,
+        42,
+        "numeric",
+    )
     listed = call(client, "GET", "/datasets", token=token).json()["data"]
     assert [(d["name"], d["latest_version"], d["items"]) for d in listed] == [("sums", 1, 1)]
     again = call(

@@ -109,8 +109,9 @@ def world(demo_workspace):
     Step.objects.create(run=run, index=0, kind=Step.Kind.TOOL_CALL, tool_name="read_text_file",
                         arguments={"path": "payroll.csv"}, result={"text": SECRET})  # fmt: skip
     confirmation = ToolConfirmation.objects.create(run=run, turn=1, tool_call_id="c1", tool_name="send_reply")
-    sums = dataset_import(name="sums", user=owner, fmt="jsonl",
-                          content='{"text": "What is 6 * 7?", "expected": 42, "checker": "numeric"}')  # fmt: skip
+    sums = dataset_import(
+        name="sums", user=owner, fmt="jsonl", content='{"text": "What is 6 * 7?", "expected": 42, "checker": "numeric"}'
+    )
     return {"run": run, "strategy": make_strategy(), "confirmation": confirmation, "dataset": sums.dataset}
 
 
@@ -119,8 +120,12 @@ def world(demo_workspace):
 def test_api_access(client, world, caller, method, path, body, expected, holds):
     token = _token(caller)
     before = _counts()
-    url = path.format(run=world["run"].pk, strategy=world["strategy"].pk, confirmation=world["confirmation"].pk,
-                      dataset=world["dataset"].pk)  # fmt: skip
+    url = path.format(
+        run=world["run"].pk,
+        strategy=world["strategy"].pk,
+        confirmation=world["confirmation"].pk,
+        dataset=world["dataset"].pk,
+    )
     response = call(client, method, url, token=token, body=body)
     want = expected[CALLERS.index(caller)]
     assert response.status_code == want, f"{caller} {method} {path}: {response.content[:300]!r}"

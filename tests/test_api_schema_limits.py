@@ -28,10 +28,13 @@ TASK_LIMITS = [
     ("a file is not empty", {**TASK, "files": [FILE]}, {**TASK, "files": [{**FILE, "content": ""}]}),
     ("a file is text", {**TASK, "files": [FILE]}, {**TASK, "files": [{**FILE, "content": "bin\x00ary"}]}),
     ("a file's extension", {**TASK, "files": [FILE]}, {**TASK, "files": [{**FILE, "name": "notes.exe"}]}),
-    ("a file's extension in any case", {**TASK, "files": [{**FILE, "name": "NOTES.TXT"}]},
-     {**TASK, "files": [{**FILE, "name": "notes.txt.sh"}]}),
+    (
+        "a file's extension in any case",
+        {**TASK, "files": [{**FILE, "name": "NOTES.TXT"}]},
+        {**TASK, "files": [{**FILE, "name": "notes.txt.sh"}]},
+    ),
     ("a plain file name", {**TASK, "files": [FILE]}, {**TASK, "files": [{**FILE, "name": "../notes.txt"}]}),
-]  # fmt: skip
+]
 DECISION = {"action": "approve", "reason": "Fewer repeated errors in the evidence."}
 DECISION_LIMITS = [
     ("a decision needs a reason", DECISION, {"action": "approve"}),

@@ -86,8 +86,10 @@ def test_runs_selected_in_the_run_list_become_a_dataset_with_their_references(cl
     client.force_login(reviewer)
     listing = client.get(reverse("feedback-run-list")).content.decode()
     assert f'id="select-run-{right.pk}"' in listing and 'form="add-to-dataset"' in listing
-    response = client.post(reverse("feedback-dataset-from-runs"),
-                           {"run": [right.pk, referenced.pk], "name": "picked", "checker": "numeric"})  # fmt: skip
+    response = client.post(
+        reverse("feedback-dataset-from-runs"),
+        {"run": [right.pk, referenced.pk], "name": "picked", "checker": "numeric"},
+    )
     dataset = Dataset.objects.get(name="picked")
     assert response["Location"] == reverse("feedback-dataset-detail", args=[dataset.pk])
     items = {item.source_run_id: item for item in dataset.latest_version().items.all()}
@@ -112,8 +114,12 @@ def test_a_strategy_s_evidence_becomes_a_dataset_of_the_runs_with_a_reference(cl
     from .test_strategy_lifecycle import make_strategy
 
     strategy = make_strategy()
-    with_reference = make_finished_run(output="I could not find it.", text="Summarise release-notes.txt",
-                                       expected_answer="/\\b120 words/", status="failed")  # fmt: skip
+    with_reference = make_finished_run(
+        output="I could not find it.",
+        text="Summarise release-notes.txt",
+        expected_answer="/\\b120 words/",
+        status="failed",
+    )
     without = make_finished_run(output="No idea.", text="Summarise something", status="failed")
     strategy.evidence.add(with_reference, without)
     client.force_login(reviewer)

@@ -25,8 +25,9 @@ def test_the_baseline_says_which_strategies_were_live_in_it(settings):
     assert report["live_at_start"] == [{"strategy": left.pk, "title": left.title, "status": "active"}]
     before = report["phases"]["before"]
     applied = AppliedStrategy.objects.filter(run__task__kind=Task.Kind.FILE_ANALYSIS, strategy_version__strategy=left)
-    assert before["live"] == [{"strategy": left.pk, "title": left.title, "active": applied.count(), "treatment": 0,
-                               "control": 0}]  # fmt: skip
+    assert before["live"] == [
+        {"strategy": left.pk, "title": left.title, "active": applied.count(), "treatment": 0, "control": 0}
+    ]
     assert applied.count() > 0
     text = "\n".join(lines)
     assert f"the baseline (live: #{left.pk} (active) at its start)" in text
@@ -51,14 +52,18 @@ def test_a_leading_trial_at_its_run_cap_is_reported_undecided_and_left_on_trial(
 
 def test_the_loop_ends_trials_by_their_verdicts_only(settings):
     settings.STRATEGY_TRIAL_MIN_SAMPLES = 8
-    report = demo.run_demo_loop(tasks_per_phase=40, seed=7, auto_approve=True, trial_batch=20, trial_limit=40,
-                                out=lambda line: None)  # fmt: skip
+    report = demo.run_demo_loop(
+        tasks_per_phase=40, seed=7, auto_approve=True, trial_batch=20, trial_limit=40, out=lambda line: None
+    )
     assert report["decisions"]  # every proposal went to trial (no experiment stage in this version: said so)
     assert report["experiment"]["available"] is False
     # (end, the status it leaves, the verdicts it may follow)
-    rules = {"promoted": ("active", {"promote"}), "rolled_back": ("rolled_back", {"no_effect", "roll_back"}),
-             "auto_rolled_back": ("rolled_back", {"roll_back"}),
-             "undecided": ("trial", {"collect_more", "blocked", "check_split"})}  # fmt: skip
+    rules = {
+        "promoted": ("active", {"promote"}),
+        "rolled_back": ("rolled_back", {"no_effect", "roll_back"}),
+        "auto_rolled_back": ("rolled_back", {"roll_back"}),
+        "undecided": ("trial", {"collect_more", "blocked", "check_split"}),
+    }
     for row in report["decisions"]:
         status, verdicts = rules[row["end"]]
         assert Strategy.objects.get(pk=row["strategy"]).status == status, row
@@ -72,19 +77,47 @@ def test_the_loop_ends_trials_by_their_verdicts_only(settings):
 
 def test_the_report_is_data_rendered_in_the_reader_s_language(client, operator, settings):
     report = {
-        "model": "Offline demo model (rule-based, no LLM)", "tasks_per_phase": 30, "seed": 7, "auto_approve": True,
-        "live_at_start": [], "proposed": [{"strategy": 3, "title": "Look in sub-folders <b>", "pattern_kind": "x",
-                                            "support": 4, "guardrails": 1}],
-        "phases": {"before": {"runs": 30, "live": []}, "trial": {"runs": 40, "live": [
-            {"strategy": 3, "title": "Look in sub-folders <b>", "active": 0, "treatment": 21, "control": 19}]},
-            "after": {"runs": 30, "live": []}},
-        "figures": {"before": {"runs": 30, "average score": 0.7}, "trial": {"runs": 40, "average score": 0.71},
-                    "after": {"runs": 30, "average score": 0.72}},
-        "experiment": {"available": False, "strategies": [3]}, "trial_limit": 40,
-        "decisions": [{"strategy": 3, "title": "Look in sub-folders <b>", "end": "undecided",
-                       "recommendation": "collect_more", "assigned": 40, "treatment_n": 21, "control_n": 19,
-                       "difference": 0.12, "ci_low": -0.2, "ci_high": 0.4, "blockers": []}],
-    }  # fmt: skip
+        "model": "Offline demo model (rule-based, no LLM)",
+        "tasks_per_phase": 30,
+        "seed": 7,
+        "auto_approve": True,
+        "live_at_start": [],
+        "proposed": [
+            {"strategy": 3, "title": "Look in sub-folders <b>", "pattern_kind": "x", "support": 4, "guardrails": 1}
+        ],
+        "phases": {
+            "before": {"runs": 30, "live": []},
+            "trial": {
+                "runs": 40,
+                "live": [
+                    {"strategy": 3, "title": "Look in sub-folders <b>", "active": 0, "treatment": 21, "control": 19}
+                ],
+            },
+            "after": {"runs": 30, "live": []},
+        },
+        "figures": {
+            "before": {"runs": 30, "average score": 0.7},
+            "trial": {"runs": 40, "average score": 0.71},
+            "after": {"runs": 30, "average score": 0.72},
+        },
+        "experiment": {"available": False, "strategies": [3]},
+        "trial_limit": 40,
+        "decisions": [
+            {
+                "strategy": 3,
+                "title": "Look in sub-folders <b>",
+                "end": "undecided",
+                "recommendation": "collect_more",
+                "assigned": 40,
+                "treatment_n": 21,
+                "control_n": 19,
+                "difference": 0.12,
+                "ci_low": -0.2,
+                "ci_high": 0.4,
+                "blockers": [],
+            }
+        ],
+    }
     demo_report.keep(report, started=timezone.now())
     stored = cache.get(demo_report.DEMO_REPORT_KEY)
     assert isinstance(stored, dict) and stored["decisions"][0]["end"] == "undecided"  # data, not a text blob

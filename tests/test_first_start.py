@@ -56,8 +56,10 @@ def test_the_seeded_history_has_something_true_on_every_page(staff, reviewer, de
     runs = Run.objects.all()
     assert history.runs == runs.count() > 30
     assert set(runs.values_list("task_kind", flat=True)) >= {
-        Task.Kind.FILE_ANALYSIS, Task.Kind.ARITHMETIC, Task.Kind.EMAIL_TRIAGE,
-    }  # fmt: skip
+        Task.Kind.FILE_ANALYSIS,
+        Task.Kind.ARITHMETIC,
+        Task.Kind.EMAIL_TRIAGE,
+    }
     assert runs.filter(outcome=Run.Outcome.ACCOMPLISHED).exists()
     assert runs.filter(outcome=Run.Outcome.NOT_ACCOMPLISHED).exists()
     assert not runs.filter(status__in=Run.ACTIVE_STATUSES).exists() and not runs.filter(score=None).exists()

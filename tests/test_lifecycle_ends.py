@@ -180,8 +180,11 @@ PATHS = [
 
 
 # Runs no worker ever held: no MCP server is started for them.
-UNHELD = {cancelled_from_the_page_while_queued, cancelled_while_queued_seen_by_the_worker,
-          cancelled_while_its_worker_was_gone}  # fmt: skip
+UNHELD = {
+    cancelled_from_the_page_while_queued,
+    cancelled_while_queued_seen_by_the_worker,
+    cancelled_while_its_worker_was_gone,
+}
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.__name__ for p in PATHS])

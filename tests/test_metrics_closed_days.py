@@ -63,20 +63,36 @@ def add_steps(run: Run, rng: random.Random, count: int) -> None:
     for i in range(count):
         roll = rng.random()
         if roll < 0.1:
-            steps.append(Step(run=run, index=start + i, kind=Step.Kind.MODEL_ERROR, success=False,
-                              error_class="MalformedReply", error="no JSON"))  # fmt: skip
+            steps.append(
+                Step(
+                    run=run,
+                    index=start + i,
+                    kind=Step.Kind.MODEL_ERROR,
+                    success=False,
+                    error_class="MalformedReply",
+                    error="no JSON",
+                )
+            )
             continue
         if roll < 0.2:
             steps.append(Step(run=run, index=start + i, kind=Step.Kind.THOUGHT, thought="thinking"))
             continue
         failed = roll < 0.5
         error_class = rng.choice(["ToolError", "ToolError", "GuardrailRefused", "Refused"]) if failed else ""
-        steps.append(Step(
-            run=run, index=start + i, kind=Step.Kind.TOOL_CALL, tool_name=rng.choice(["calculator", "read_text_file"]),
-            success=not failed, error_class=error_class, error="boom" if failed else "",
-            error_signature=f"{error_class}-{rng.choice(SIGNATURES)}" if failed else "",
-            duration_ms=None if rng.random() < 0.1 else int(rng.lognormvariate(4, 1)), attempts=rng.choice([1, 1, 2]),
-        ))  # fmt: skip
+        steps.append(
+            Step(
+                run=run,
+                index=start + i,
+                kind=Step.Kind.TOOL_CALL,
+                tool_name=rng.choice(["calculator", "read_text_file"]),
+                success=not failed,
+                error_class=error_class,
+                error="boom" if failed else "",
+                error_signature=f"{error_class}-{rng.choice(SIGNATURES)}" if failed else "",
+                duration_ms=None if rng.random() < 0.1 else int(rng.lognormvariate(4, 1)),
+                attempts=rng.choice([1, 1, 2]),
+            )
+        )
     Step.objects.bulk_create(steps)
 
 
@@ -89,18 +105,25 @@ def history(rng: random.Random, days: range, per_day: int = 6) -> list[Run]:
             status = rng.choice([S.SUCCEEDED, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.RUNNING, S.QUEUED])
             ended = status in metrics.ENDED
             run = make_run(
-                created_at=days_ago(n, hour=1 + i * 3), kind=rng.choice([K.ARITHMETIC, K.GENERAL]), status=status,
+                created_at=days_ago(n, hour=1 + i * 3),
+                kind=rng.choice([K.ARITHMETIC, K.GENERAL]),
+                status=status,
                 score=round(rng.random(), 3) if ended and rng.random() < 0.8 else None,
                 outcome=rng.choice(list(Run.Outcome.values)) if ended else Run.Outcome.UNKNOWN,
                 cost=rng.choice([None, 0.01, 0.02]) if ended else None,
                 finished_at=days_ago(n, hour=2 + i * 3) if ended else None,
-            )  # fmt: skip
+            )
             add_steps(run, rng, rng.randint(0, 8))
             if rng.random() < 0.2:
                 ToolConfirmation.objects.create(run=run, turn=1, tool_call_id=f"c{run.pk}", tool_name="send_email")
             runs.append(run)
-        experiment = make_run(created_at=days_ago(n, hour=23), status=S.SUCCEEDED, score=1.0,
-                              purpose=Run.Purpose.EXPERIMENT, finished_at=days_ago(n, hour=23))  # fmt: skip
+        experiment = make_run(
+            created_at=days_ago(n, hour=23),
+            status=S.SUCCEEDED,
+            score=1.0,
+            purpose=Run.Purpose.EXPERIMENT,
+            finished_at=days_ago(n, hour=23),
+        )
         add_steps(experiment, rng, 5)
     return runs
 
@@ -195,8 +218,16 @@ def test_a_late_change_to_a_closed_day_is_picked_up_by_the_next_rebuild(reviewer
     # A week later, as it were: a reviewer's score and verdict, a run that was still going ends
     # with a failed tool call, a waiting run is cancelled, a failed one is asked for again.
     services.run_add_human_score(run=scored, user=reviewer, score=0.9, outcome=Run.Outcome.ACCOMPLISHED)
-    Step.objects.create(run=going, index=0, kind=Step.Kind.TOOL_CALL, tool_name="calculator", success=False,
-                        error_class="ToolError", error_signature="sig-late", duration_ms=30)  # fmt: skip
+    Step.objects.create(
+        run=going,
+        index=0,
+        kind=Step.Kind.TOOL_CALL,
+        tool_name="calculator",
+        success=False,
+        error_class="ToolError",
+        error_signature="sig-late",
+        duration_ms=30,
+    )
     Run.objects.filter(pk=going.pk).update(status=S.FAILED, finished_at=timezone.now())
     services.run_cancel(run=waiting, user=reviewer)
     services.run_rerun(run=rerun, user=reviewer)
@@ -233,12 +264,26 @@ def test_a_run_ending_days_later_changes_every_day_it_spanned():
     # run's error becomes a repeated one, on the later run's own day.
     earlier = make_run(created_at=days_ago(4), status=S.RUNNING)
     later = make_finished_run(created_at=days_ago(2))
-    Step.objects.create(run=later, index=0, kind=Step.Kind.TOOL_CALL, tool_name="calculator", success=False,
-                        error_class="ToolError", error_signature="sig-x")  # fmt: skip
+    Step.objects.create(
+        run=later,
+        index=0,
+        kind=Step.Kind.TOOL_CALL,
+        tool_name="calculator",
+        success=False,
+        error_class="ToolError",
+        error_signature="sig-x",
+    )
     tasks.daily_stats_refresh_task()
     assert DailyRunStats.objects.get(day=day_of(later)).repeated_errors == 0
-    Step.objects.create(run=earlier, index=0, kind=Step.Kind.TOOL_CALL, tool_name="calculator", success=False,
-                        error_class="ToolError", error_signature="sig-x")  # fmt: skip
+    Step.objects.create(
+        run=earlier,
+        index=0,
+        kind=Step.Kind.TOOL_CALL,
+        tool_name="calculator",
+        success=False,
+        error_class="ToolError",
+        error_signature="sig-x",
+    )
     Run.objects.filter(pk=earlier.pk).update(status=S.FAILED, finished_at=timezone.now())
     tasks.daily_stats_refresh_task()
     assert DailyRunStats.objects.get(day=day_of(later)).repeated_errors == 1

@@ -33,10 +33,17 @@ def at(n: int, hour: int) -> datetime:
 def step(run: Run, kind: str = Step.Kind.TOOL_CALL, *, error_class: str = "", signature: str = "", **fields) -> Step:
     failed = bool(error_class)
     return Step.objects.create(
-        run=run, index=run.steps.count(), kind=kind, tool_name="read_text_file" if kind == Step.Kind.TOOL_CALL else "",
-        success=not failed if kind == Step.Kind.TOOL_CALL else (False if failed else None), error_class=error_class,
-        error="went wrong" if failed else "", error_signature=signature, duration_ms=10, **fields,
-    )  # fmt: skip
+        run=run,
+        index=run.steps.count(),
+        kind=kind,
+        tool_name="read_text_file" if kind == Step.Kind.TOOL_CALL else "",
+        success=not failed if kind == Step.Kind.TOOL_CALL else (False if failed else None),
+        error_class=error_class,
+        error="went wrong" if failed else "",
+        error_signature=signature,
+        duration_ms=10,
+        **fields,
+    )
 
 
 def test_guardrail_refusals_and_human_rejections_are_counted_apart_from_errors(client, operator):
@@ -50,8 +57,13 @@ def test_guardrail_refusals_and_human_rejections_are_counted_apart_from_errors(c
     step(second, error_class="GuardrailRefused", signature="guard-1")  # the same refusal again: still none
     step(second, error_class="ToolError", signature="tool-1")  # the same error again: repeated
     window = Window(since=at(1, 0), until=at(0, 0))
-    expected = {"errors": 3, "repeated": 1, "repeated_rate": pytest.approx(1 / 3), "guardrail_refusals": 4,
-                "human_rejections": 1}  # fmt: skip
+    expected = {
+        "errors": 3,
+        "repeated": 1,
+        "repeated_rate": pytest.approx(1 / 3),
+        "guardrail_refusals": 4,
+        "human_rejections": 1,
+    }
     for read in ("live", "from the daily rows"):
         summary = metrics.repeated_error_summary(window)
         assert {name: summary[name] for name in expected} == expected, read
@@ -106,8 +118,11 @@ def test_only_production_runs_count_in_every_metric_and_daily_row(reviewer):
         tools = {row["tool_name"]: row["calls"] for row in metrics.tool_stats(window)}
         return total, tools, [(row["kind"], row["cost"]) for row in metrics.cost_by_kind(window)]
 
-    expected = ({"runs": 1, "errors": 1, "repeated_errors": 0, "cost_sum": 0.5}, {"read_text_file": 2},
-                [("arithmetic", 0.5)])  # fmt: skip
+    expected = (
+        {"runs": 1, "errors": 1, "repeated_errors": 0, "cost_sum": 0.5},
+        {"read_text_file": 2},
+        [("arithmetic", 0.5)],
+    )
     assert figures() == expected
     tasks.daily_stats_refresh_task()
     assert list(DailyRunStats.objects.values_list("day", "runs")) == [(day(2), 1)]

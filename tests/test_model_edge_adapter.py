@@ -40,13 +40,14 @@ def endpoint(endpoint, settings):
 
 def test_every_use_reaches_the_one_configured_endpoint_with_its_key(endpoint, settings):
     endpoint.responder = lambda body: (
-        embeddings(len(body["input"])) if "input" in body
+        embeddings(len(body["input"]))
+        if "input" in body
         else completion('{"title": "Check the answer", "guidance": "Compare the answer with the task."}')
         if "response_format" in body and body["response_format"]["type"] == "json_object" and "title" in str(body)
         else completion('{"score": 0.9, "accomplished": true, "feedback": "Right."}')
         if "response_format" in body or "grade" in str(body)
         else completion("4")
-    )  # fmt: skip
+    )
     from feedback.agent.loop import execute_run
 
     run = make_run(text="What is 2 + 2?")
@@ -77,21 +78,33 @@ def _reply(endpoint, *script, tools=TOOLS, messages=ASK):
 
 # --- each quirk the adapter handles ----------------------------------------------------------------
 def test_tools_go_with_tool_choice_and_every_content_is_a_string(endpoint):
-    history = [*ASK, {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "{}"}]  # fmt: skip
+    history = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "{}"},
+    ]
     assert _reply(endpoint, completion("4"), messages=history).content == "4"
     sent = endpoint.requests[0]
     assert sent["tool_choice"] == "auto" and {t["function"]["name"] for t in sent["tools"]} == {
-        "calculator", "analyze_text", "update_plan"}  # fmt: skip
+        "calculator",
+        "analyze_text",
+        "update_plan",
+    }
     assert all(isinstance(m["content"], str) for m in sent["messages"])
 
 
 def test_calls_left_in_the_text_are_calls(endpoint):
-    tagged = _reply(endpoint, completion('Sum.\n<tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}}'
-                                         "</tool_call>"))  # fmt: skip
+    tagged = _reply(
+        endpoint, completion('Sum.\n<tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}}</tool_call>')
+    )
     assert (tagged.content, [(c.name, json.loads(c.arguments)) for c in tagged.tool_calls]) == (
-        "Sum.", [("calculator", {"expression": "2+2"})])  # fmt: skip
+        "Sum.",
+        [("calculator", {"expression": "2+2"})],
+    )
     fenced = _reply(endpoint, completion('```json\n{"name": "calculator", "arguments": {"expression": "3*3"}}\n```'))
     assert [c.name for c in fenced.tool_calls] == ["calculator"] and fenced.content == ""
     not_a_tool = _reply(endpoint, completion('{"name": "the answer", "arguments": "none"}'))
@@ -143,8 +156,11 @@ def test_grammar_safe_schemas_leave_out_the_bounds(endpoint, settings):
 
 def test_an_endpoint_refusing_tools_gets_json_replies_for_good(endpoint):
     model = get_model()
-    endpoint.script = [error(400, "this model does not support tools"), completion('{"final_answer": "4"}'),
-                       completion('Sure, it is "4"')]  # fmt: skip
+    endpoint.script = [
+        error(400, "this model does not support tools"),
+        completion('{"final_answer": "4"}'),
+        completion('Sure, it is "4"'),
+    ]
     assert model.complete(ASK, TOOLS).content == "4"
     second = model.complete(ASK, TOOLS)  # no tools asked for again
     assert "not valid JSON" in second.unusable
@@ -161,8 +177,11 @@ def test_json_answers_fall_back_from_refused_formats_and_remember_them(endpoint)
     endpoint.responder = refuse_schema
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
     answer = json_completion(model="fmt-model", messages=ASK, schema=schema, name="check")
-    assert (answer.response_format, answer.refused, answer.text) == ("json_object", ["json_schema: 500"],
-                                                                     'Here: {"ok": true}')  # fmt: skip
+    assert (answer.response_format, answer.refused, answer.text) == (
+        "json_object",
+        ["json_schema: 500"],
+        'Here: {"ok": true}',
+    )
     again = json_completion(model="fmt-model", messages=ASK, schema=schema, name="check")
     assert again.response_format == "json_object" and len(endpoint.requests) == 3  # not asked for the schema again
 
@@ -173,7 +192,10 @@ def test_a_transient_error_is_retried_and_each_attempt_recorded(endpoint):
     called = call_model(get_model(), ASK, TOOLS)
     assert called.reply.content == "4" and called.error is None
     assert [(a.number, a.retryable, bool(a.error)) for a in called.attempts] == [
-        (1, True, True), (2, True, True), (3, False, False)]  # fmt: skip
+        (1, True, True),
+        (2, True, True),
+        (3, False, False),
+    ]
     assert "RateLimitError (429)" in called.attempts[0].error
     starts = [a.started_at for a in called.attempts]
     assert called.started_at <= starts[0] < starts[1] < starts[2] <= called.finished_at

@@ -99,14 +99,27 @@ def test_model_calls_back_to_back_nest_within_the_run(receiver):  # noqa: F811
     # Three model errors in a row within two microseconds (a fast endpoint, a coarse clock): sharing
     # the run's time out between them put the last one after the run's end.
     start = timezone.now().replace(microsecond=10)
-    run = make_run(status=Run.Status.FAILED, started_at=start, finished_at=start + timedelta(microseconds=2),
-                   error="The model gave 3 unusable replies in a row.")  # fmt: skip
+    run = make_run(
+        status=Run.Status.FAILED,
+        started_at=start,
+        finished_at=start + timedelta(microseconds=2),
+        error="The model gave 3 unusable replies in a row.",
+    )
     Run.objects.filter(pk=run.pk).update(llm_backend="openai", model_name="test-model")
     for turn in (1, 2, 3):
         at = start + timedelta(microseconds=turn - 1)
-        Step.objects.create(run=run, index=turn - 1, turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
-                            error_class="EmptyReply", error="Your last reply was empty.", started_at=at,
-                            finished_at=at, duration_ms=0)  # fmt: skip
+        Step.objects.create(
+            run=run,
+            index=turn - 1,
+            turn=turn,
+            kind=Step.Kind.MODEL_ERROR,
+            success=False,
+            error_class="EmptyReply",
+            error="Your last reply was empty.",
+            started_at=at,
+            finished_at=at,
+            duration_ms=0,
+        )
     otel_export.run_trace_export(run_id=run.pk)
     [root] = [s for s in receiver.spans if s.name.startswith("invoke_agent")]
     chats = [s for s in receiver.spans if s.name.startswith("chat")]

@@ -28,10 +28,16 @@ def _calls(run: Run, *results: str) -> Run:
     """Tool calls on ``run``: each "" succeeded, any other text is the call's error."""
     for index, error in enumerate(results):
         Step.objects.create(
-            run=run, index=index, turn=index, kind=Step.Kind.TOOL_CALL, tool_name="calculator",
-            arguments={"expression": "17*23+4"}, success=not error, error=error,
+            run=run,
+            index=index,
+            turn=index,
+            kind=Step.Kind.TOOL_CALL,
+            tool_name="calculator",
+            arguments={"expression": "17*23+4"},
+            success=not error,
+            error=error,
             error_class="ToolError" if error else "",
-        )  # fmt: skip
+        )
     return run
 
 
@@ -111,8 +117,14 @@ def test_the_metrics_page_shows_the_outcome_s_precision_against_the_dataset_chec
     version = dataset_from_runs(runs=[source], user=operator, checker="numeric", name="sums")
     item = version.items.get()
     for answer in ("6 * 7 = 42", "42, or rather 41"):
-        run = make_finished_run(output=answer, expected_answer="42", text="What is 6 * 7?", user=operator,
-                                purpose=Run.Purpose.EXPERIMENT, dataset_item=item)  # fmt: skip
+        run = make_finished_run(
+            output=answer,
+            expected_answer="42",
+            text="What is 6 * 7?",
+            user=operator,
+            purpose=Run.Purpose.EXPERIMENT,
+            dataset_item=item,
+        )
         evaluate_run(run.pk)
     client.force_login(operator)
     html = client.get(reverse("feedback-metrics")).content.decode()

@@ -26,17 +26,29 @@ THREE = [
 def _run(*, text, good, error="", workspace=None, evaluations=(), answer="done"):
     task = Task.objects.create(text=text, kind="file_analysis", workspace=workspace)
     run = Run.objects.create(
-        task=task, task_kind="file_analysis", status="succeeded", score=0.95 if good else 0.1,
-        outcome="accomplished" if good else "not_accomplished", final_output=answer,
-    )  # fmt: skip
+        task=task,
+        task_kind="file_analysis",
+        status="succeeded",
+        score=0.95 if good else 0.1,
+        outcome="accomplished" if good else "not_accomplished",
+        final_output=answer,
+    )
     Step.objects.create(
-        run=run, index=0, turn=0, kind="tool_call", tool_name="read_text_file", arguments={"path": text[-12:]},
-        success=not error, error=error, error_class="FileNotFoundError" if error else "",
+        run=run,
+        index=0,
+        turn=0,
+        kind="tool_call",
+        tool_name="read_text_file",
+        arguments={"path": text[-12:]},
+        success=not error,
+        error=error,
+        error_class="FileNotFoundError" if error else "",
         error_signature=f"sig-{error}" if error else "",
-    )  # fmt: skip
+    )
     for evaluator, kind, feedback in evaluations:
-        Evaluation.objects.create(run=run, evaluator=evaluator, kind=kind, score=0.1, accomplished=False,
-                                  feedback=feedback)  # fmt: skip
+        Evaluation.objects.create(
+            run=run, evaluator=evaluator, kind=kind, score=0.1, accomplished=False, feedback=feedback
+        )
     return run
 
 
@@ -159,9 +171,11 @@ def test_a_rejected_proposal_seen_again_shows_its_recurrence_and_is_not_reinforc
 def test_a_proposal_made_before_the_identity_is_updated_not_repeated():
     # As the miner keyed it before issue 23: one error signature (and the raw signature title).
     old = Strategy.objects.create(
-        title="read_text_file fails: no such file: <q>.", pattern_kind="error_signature",
-        pattern_key="error_signature:file_analysis:sig-No such file: notes.txt", support=8,
-    )  # fmt: skip
+        title="read_text_file fails: no such file: <q>.",
+        pattern_kind="error_signature",
+        pattern_key="error_signature:file_analysis:sig-No such file: notes.txt",
+        support=8,
+    )
     _history()
     mine_and_propose(window_days=30)
     assert list(Strategy.objects.values_list("pk", flat=True)) == [old.pk]

@@ -60,8 +60,10 @@ def test_a_tool_call_is_retried_after_transient_errors_with_every_attempt_kept(n
     outcome = _invoke(tool, tmp_path)
     assert outcome.ok and outcome.result == {"ok": True} and len(calls) == 3
     assert [(a.number, a.error, a.retryable) for a in outcome.attempts] == [
-        (1, "busy", True), (2, "still busy", True), (3, "", False),
-    ]  # fmt: skip
+        (1, "busy", True),
+        (2, "still busy", True),
+        (3, "", False),
+    ]
 
 
 def test_a_tool_call_failing_for_good_is_not_retried(no_waits, tmp_path):

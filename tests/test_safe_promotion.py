@@ -26,16 +26,30 @@ def _minimum(settings):
     settings.STRATEGY_TRIAL_MIN_SAMPLES = 10
 
 
-def _assign(strategy: Strategy, arm: str, scores, *, outcome: str = "accomplished", output: str = "Done.",
-            refused: bool = False, created_at=None) -> list[Run]:  # fmt: skip
+def _assign(
+    strategy: Strategy,
+    arm: str,
+    scores,
+    *,
+    outcome: str = "accomplished",
+    output: str = "Done.",
+    refused: bool = False,
+    created_at=None,
+) -> list[Run]:
     runs = []
     for score in scores:
         fields = {"created_at": created_at} if created_at else {}
         run = make_run(status=Run.Status.SUCCEEDED, score=score, outcome=outcome, final_output=output, **fields)
         if refused:
-            Step.objects.create(run=run, index=0, kind="tool_call", tool_name="read_text_file", success=False,
-                                error="Guardrail: call list_directory successfully before read_text_file",
-                                error_class="GuardrailRefused")  # fmt: skip
+            Step.objects.create(
+                run=run,
+                index=0,
+                kind="tool_call",
+                tool_name="read_text_file",
+                success=False,
+                error="Guardrail: call list_directory successfully before read_text_file",
+                error_class="GuardrailRefused",
+            )
         AppliedStrategy.objects.create(run=run, strategy_version=strategy.current_version, arm=arm)
         runs.append(run)
     return runs
@@ -67,8 +81,13 @@ def test_promotion_follows_the_verdict_and_is_refused_without_it(client, reviewe
     assert 'value="promote" disabled' in html and 'value="promote_override"' in html
     assert "The verdict: collect more runs." in html and "Promoting against it is an override" in html
     # The same through the API: a 409 that says why.
-    answer = call(client, "POST", f"/strategies/{undecided.pk}/decisions", token=token_for(reviewer),
-                  body={"action": "promote", "reason": "go"})  # fmt: skip
+    answer = call(
+        client,
+        "POST",
+        f"/strategies/{undecided.pk}/decisions",
+        token=token_for(reviewer),
+        body={"action": "promote", "reason": "go"},
+    )
     assert answer.status_code == 409 and "not “promote”" in answer.json()["detail"]
     # A trial that says promote is promoted, its verdict in the audit.
     better = _on_trial(*BETTER)

@@ -188,8 +188,17 @@ def test_an_mcp_server_is_added_edited_and_removed(as_operator, operator):
 
 
 def test_an_http_server_needs_its_url(as_operator):
-    typed = {"name": "remote", "transport": "http", "command": "", "args": "[]", "env": "{}", "url": "",
-             "headers": '{"Authorization": "Bearer abc"}', "timeout_seconds": "30", "expose": "[]"}  # fmt: skip
+    typed = {
+        "name": "remote",
+        "transport": "http",
+        "command": "",
+        "args": "[]",
+        "env": "{}",
+        "url": "",
+        "headers": '{"Authorization": "Bearer abc"}',
+        "timeout_seconds": "30",
+        "expose": "[]",
+    }
     response = as_operator.post(reverse("feedback-settings-mcp-create"), typed)
     assert response.status_code == 400 and "An HTTP server needs its URL." in response.content.decode()
     assert not McpServer.objects.exists()
@@ -249,8 +258,13 @@ def test_what_a_server_said_is_shown_escaped(as_operator):
 def test_model_prices_are_added_refused_when_wrong_edited_and_deleted(as_operator, operator):
     before = ModelPrice.objects.count()  # the seeded prices (migrations) stay as they are
     create = reverse("feedback-settings-price-create")
-    typed = {"model_name": "team-model", "input_per_million": "-1", "output_per_million": "10", "note": "list price",
-             "effective_from": "2026-01-01T00:00"}  # fmt: skip
+    typed = {
+        "model_name": "team-model",
+        "input_per_million": "-1",
+        "output_per_million": "10",
+        "note": "list price",
+        "effective_from": "2026-01-01T00:00",
+    }
 
     refused = as_operator.post(create, typed)
     assert refused.status_code == 400 and ModelPrice.objects.count() == before
@@ -322,15 +336,29 @@ def test_site_url_follows_the_port_and_an_alerts_link_says_it(monkeypatch, tmp_p
 def test_a_price_entered_ahead_applies_from_its_date_and_the_list_says_which_is_in_effect(as_operator):
     create = reverse("feedback-settings-price-create")
     for when, price in (("2026-01-01T00:00", "1"), ("2026-06-01T00:00", "2"), ("2999-01-01T00:00", "9")):
-        data = {"model_name": "team-model", "input_per_million": price, "output_per_million": price,
-                "effective_from": when}  # fmt: skip
+        data = {
+            "model_name": "team-model",
+            "input_per_million": price,
+            "output_per_million": price,
+            "effective_from": when,
+        }
         assert as_operator.post(create, data).status_code == 302
 
     assert costs.price_for(backend="openai", model_name="team-model") == costs.Price(Decimal(2), Decimal(2))
     html = as_operator.get(reverse("feedback-settings-price-list")).content.decode()
-    states = [row.split("<span class=\"badge", 1)[1].split("</span>")[0].split(">")[-1]
-              for row in html.split('id="model-price-')[1:] if "team-model" in row]  # fmt: skip
+    states = [
+        row.split('<span class="badge', 1)[1].split("</span>")[0].split(">")[-1]
+        for row in html.split('id="model-price-')[1:]
+        if "team-model" in row
+    ]
     assert states == ["scheduled", "in effect", "replaced"]
-    again = as_operator.post(create, {"model_name": "team-model", "input_per_million": "3", "output_per_million": "3",
-                                      "effective_from": "2026-06-01T00:00"})  # fmt: skip
+    again = as_operator.post(
+        create,
+        {
+            "model_name": "team-model",
+            "input_per_million": "3",
+            "output_per_million": "3",
+            "effective_from": "2026-06-01T00:00",
+        },
+    )
     assert again.status_code == 400 and "already exists" in again.content.decode()

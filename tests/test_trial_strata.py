@@ -26,12 +26,16 @@ MINIMUM = 10
 
 # (weight, kind, accomplished rate without the strategy, with it): the "0.30 -> 0.45". Two
 # tasks nearly always succeed; the strategy lifts the six that mostly fail by 0.2 each.
-MIX = [(1, "file_analysis", p, p + lift) for p, lift in
-       [(0.95, 0), (0.9, 0), (0.05, 0.2), (0.05, 0.2), (0.1, 0.2), (0.1, 0.2), (0.1, 0.2), (0.15, 0.2)]]  # fmt: skip
+MIX = [
+    (1, "file_analysis", p, p + lift)
+    for p, lift in [(0.95, 0), (0.9, 0), (0.05, 0.2), (0.05, 0.2), (0.1, 0.2), (0.1, 0.2), (0.1, 0.2), (0.15, 0.2)]
+]
 # A long tail: 30 task templates of two kinds, Zipf-weighted, most seen a few times only.
 _rates = random.Random(1)
-TAIL = [(1 / (i + 1), ("arithmetic", "general")[i % 2], p, p)
-        for i, p in enumerate(_rates.choice([0.05, 0.1, 0.3, 0.9, 0.95]) for _ in range(30))]  # fmt: skip
+TAIL = [
+    (1 / (i + 1), ("arithmetic", "general")[i % 2], p, p)
+    for i, p in enumerate(_rates.choice([0.05, 0.1, 0.3, 0.9, 0.95]) for _ in range(30))
+]
 
 
 def _no_effect(mix):
@@ -108,12 +112,14 @@ def test_templates_with_one_arm_are_pooled_per_kind_then_together():
             b.add(v)
         return a, b
 
-    strata = stratify({
-        ("arithmetic", "a"): pair([1, 1], [0]),  # both arms: its own stratum
-        ("arithmetic", "b"): pair([1], []),  # treatment only ...
-        ("arithmetic", "c"): pair([], [0, 1]),  # ... and control only: pooled into arithmetic's rest
-        ("general", "d"): pair([1], []),  # one-armed, alone in its kind: into the rest of all kinds
-    })  # fmt: skip
+    strata = stratify(
+        {
+            ("arithmetic", "a"): pair([1, 1], [0]),  # both arms: its own stratum
+            ("arithmetic", "b"): pair([1], []),  # treatment only ...
+            ("arithmetic", "c"): pair([], [0, 1]),  # ... and control only: pooled into arithmetic's rest
+            ("general", "d"): pair([1], []),  # one-armed, alone in its kind: into the rest of all kinds
+        }
+    )
     shown = [(s.kind, s.template, s.treatment.n, s.control.n, s.templates) for s in strata]
     assert shown == [("arithmetic", "a", 2, 1, 1), ("arithmetic", "", 1, 2, 2), ("", "", 1, 0, 1)]
     assert [s.compared for s in strata] == [True, True, False]
@@ -151,7 +157,9 @@ def test_a_task_mix_that_fell_unevenly_is_not_an_effect(client, reviewer):
     assert abs(stats.difference) < 0.01 and stats.ci_low < 0 < stats.ci_high  # like with like: nothing
     assert stats.recommendation == "no_effect"  # the plain difference said "promote"
     assert [(x.template, x.treatment.n, x.control.n) for x in stats.strata] == [
-        (task_template(EASY), 30, 12), (task_template(HARD), 12, 30)]  # fmt: skip
+        (task_template(EASY), 30, 12),
+        (task_template(HARD), 12, 30),
+    ]
     client.force_login(reviewer)
     html = client.get(reverse("feedback-strategy-detail", args=[s.pk])).content.decode()
     table = html[html.index('<table class="table" id="trial-strata">') :]
@@ -182,8 +190,10 @@ def test_equal_scores_summed_in_another_order_are_no_difference():
             sample.add(value)
         return sample
 
-    leaves = {("arithmetic", "a"): (repeated(0.97, 25), repeated(0.97, 12)),
-              ("arithmetic", "b"): (repeated(0.5, 12), repeated(0.5, 25))}  # fmt: skip
+    leaves = {
+        ("arithmetic", "a"): (repeated(0.97, 25), repeated(0.97, 12)),
+        ("arithmetic", "b"): (repeated(0.5, 12), repeated(0.5, 25)),
+    }
     assert leaves["arithmetic", "a"][0].mean != leaves["arithmetic", "a"][1].mean  # the rounding
     # (before: an exact interval of -1.7e-16 on both sides, "roll back", as the demo loop did to a
     # strategy whose arithmetic answers scored the same in both arms)

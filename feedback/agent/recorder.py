@@ -102,8 +102,11 @@ def retrying[T](operation: Callable[[], T], *, what: str, recover: Callable[[], 
     def dropped(state: RetryCallState) -> None:
         logger.warning(
             "the database connection dropped while %s (attempt %d of %d); retrying",
-            what, state.attempt_number, DB_WRITE_ATTEMPTS, exc_info=state.outcome.exception(),
-        )  # fmt: skip
+            what,
+            state.attempt_number,
+            DB_WRITE_ATTEMPTS,
+            exc_info=state.outcome.exception(),
+        )
         connection.close()
 
     retry = Retrying(

@@ -161,9 +161,12 @@ def check_harmful_active(rule: AlertRule, now: datetime) -> list[Finding]:
     for strategy in Strategy.objects.filter(status=Strategy.Status.ACTIVE).order_by("pk"):
         watch = watch_stats(strategy)
         figures = {
-            "strategy": strategy.pk, "title": strategy.title, "override": strategy.promoted_by_override,
-            "min_runs": rule.min_runs, **watch.as_json(),
-        }  # fmt: skip
+            "strategy": strategy.pk,
+            "title": strategy.title,
+            "override": strategy.promoted_by_override,
+            "min_runs": rule.min_runs,
+            **watch.as_json(),
+        }
         judged = watch.runs >= rule.min_runs
         findings.append(Finding(f"strategy-{strategy.pk}-active", watch.harmed if judged else None, figures))
     return findings

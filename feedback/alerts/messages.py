@@ -104,8 +104,10 @@ def _trial_summary(subject: str, figures: dict) -> str:
 
 def _active_summary(figures: dict) -> str:
     text = _("%(strategy)s: %(runs)s runs since its promotion against %(baseline)s of its trial.") % {
-        "strategy": _strategy_name(figures), "runs": figures.get("runs"), "baseline": figures.get("baseline_runs"),
-    }  # fmt: skip
+        "strategy": _strategy_name(figures),
+        "runs": figures.get("runs"),
+        "baseline": figures.get("baseline_runs"),
+    }
     worse = []
     for name in figures.get("worse", []):
         shown = (figures.get("figures") or {}).get(name, {})
@@ -172,8 +174,9 @@ def summary(incident: AlertIncident, *, resolved: bool = False) -> str:
         }  # fmt: skip
     if reason == "not_active":
         return _("%(strategy)s is no longer active (%(status)s).") % {
-            "strategy": _strategy_name(figures), "status": figures.get("status"),
-        }  # fmt: skip
+            "strategy": _strategy_name(figures),
+            "status": figures.get("status"),
+        }
     if reason == "not_watched":
         return _("The rule no longer watches this subject.")
     kind = incident.rule.kind

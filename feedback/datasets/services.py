@@ -84,15 +84,22 @@ def _item_from_run(run, *, checker: str) -> dict:
 
 
 def reference_checker(expected_answer: str) -> tuple[str, object]:
-    """The checker a task's expected answer asks for, as the reference evaluator reads it:
-    ``/pattern/`` a regular expression, a lone number numeric, anything else contained."""
+    """The checker a task's expected answer asks for, read as the reference evaluator reads it
+    (``reference.choose_mode``): ``/pattern/`` a regular expression, a lone number numeric, a
+    list of labels labels, anything else contained."""
+    from feedback.evaluation.reference import choose_mode, expected_labels
+
+    from .checkers import numbers_in
+
     text = expected_answer.strip()
-    if len(text) > 2 and text.startswith("/") and text.endswith("/"):
+    mode = choose_mode(text)
+    if mode == "regex":
         return "regex", text[1:-1]
-    try:
-        return "numeric", float(text.replace(",", ""))
-    except ValueError:
-        return "contains", text
+    if mode == "numeric":
+        return "numeric", numbers_in(text)[0]
+    if mode == "labels":
+        return "labels", expected_labels(text)
+    return "contains", text
 
 
 @transaction.atomic

@@ -65,7 +65,15 @@ _VERDICT_FIELDS = ("kind", "evaluator", "round", "status", "score", "weight", "a
 
 
 def _verdict_rows(run_id: int) -> list[dict]:
-    return list(Evaluation.objects.filter(run_id=run_id).order_by("id").values(*_VERDICT_FIELDS))
+    return verdict_rows([run_id]).get(run_id, [])
+
+
+def verdict_rows(run_ids: list[int]) -> dict[int, list[dict]]:
+    """Each run's evaluation rows as ``run_outcome`` reads them, for many runs in one query."""
+    rows: dict[int, list[dict]] = {}
+    for row in Evaluation.objects.filter(run_id__in=run_ids).order_by("id").values("run_id", *_VERDICT_FIELDS):
+        rows.setdefault(row.pop("run_id"), []).append(row)
+    return rows
 
 
 def _latest_human(rows: list[dict]) -> dict | None:

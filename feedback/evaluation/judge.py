@@ -103,9 +103,13 @@ def llm_judge(run: Run, config: dict) -> Verdict:
     try:
         # The strictest JSON format the endpoint takes (the adapter remembers those it refused).
         answer = json_completion(
-            model=model, messages=_judge_messages(run), schema=JUDGE_SCHEMA, name="judgement", temperature=0,
+            model=model,
+            messages=_judge_messages(run),
+            schema=JUDGE_SCHEMA,
+            name="judgement",
+            temperature=0,
             **options,
-        )  # fmt: skip
+        )
     except FormatError as exc:
         if exc.timed_out:
             raise EvaluatorError(

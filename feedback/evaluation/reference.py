@@ -14,6 +14,11 @@ from .evaluators import NUMBER, EvaluatorError, Verdict, normalise, numbers_in
 _LABEL_SEPARATORS = re.compile(r"[,;\n|]+")
 
 
+def expected_labels(expected: str) -> list[str]:
+    """The labels an expected answer lists (comma, semicolon, bar or line separated)."""
+    return [part.strip() for part in _LABEL_SEPARATORS.split(expected.strip()) if part.strip()]
+
+
 def choose_mode(expected: str) -> str:
     """How to compare with the expected answer, read off the expected answer itself."""
     stripped = expected.strip()
@@ -21,7 +26,7 @@ def choose_mode(expected: str) -> str:
         return "regex"
     if len(numbers_in(stripped)) == 1 and NUMBER.fullmatch(stripped.replace(" ", "")):
         return "numeric"
-    if len([p for p in _LABEL_SEPARATORS.split(stripped) if p.strip()]) > 1:
+    if len(expected_labels(stripped)) > 1:
         return "labels"
     return "normalised"
 

@@ -47,8 +47,13 @@ class PairedVerdict:
         return self.interval.difference if self.interval else None
 
     def as_json(self) -> dict:
-        figures = {"decision": self.decision, "pairs": self.pairs, "wins": self.wins,
-                   "losses": self.losses, "ties": self.ties}  # fmt: skip
+        figures = {
+            "decision": self.decision,
+            "pairs": self.pairs,
+            "wins": self.wins,
+            "losses": self.losses,
+            "ties": self.ties,
+        }
         if self.interval:
             figures |= {"difference": self.interval.difference, "low": self.interval.low, "high": self.interval.high}
         return figures

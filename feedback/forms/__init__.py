@@ -17,8 +17,25 @@ from .tasks import (
 )
 
 __all__ = [
-    "ERROR_SIGNATURE", "KIND_HELP", "SAFE_NAME", "UPLOAD_EXTENSIONS", "UPLOAD_MAX_BYTES", "UPLOAD_MAX_FILES",
-    "AlertFilterForm", "ApiTokenForm", "ConfirmationForm", "HumanScoreForm", "LoginForm", "MetricsFilterForm",
-    "MiningScheduleForm", "MultipleFileField", "RunCompareForm", "RunFilterForm", "StrategyDecisionForm",
-    "StrategyEditForm", "TaskForm", "check_upload", "kind_help",
-]  # fmt: skip
+    "ERROR_SIGNATURE",
+    "KIND_HELP",
+    "SAFE_NAME",
+    "UPLOAD_EXTENSIONS",
+    "UPLOAD_MAX_BYTES",
+    "UPLOAD_MAX_FILES",
+    "AlertFilterForm",
+    "ApiTokenForm",
+    "ConfirmationForm",
+    "HumanScoreForm",
+    "LoginForm",
+    "MetricsFilterForm",
+    "MiningScheduleForm",
+    "MultipleFileField",
+    "RunCompareForm",
+    "RunFilterForm",
+    "StrategyDecisionForm",
+    "StrategyEditForm",
+    "TaskForm",
+    "check_upload",
+    "kind_help",
+]

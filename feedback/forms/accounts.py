@@ -40,8 +40,13 @@ class LoginForm(AuthenticationForm):
 class ApiTokenForm(forms.Form):
     """A new API token (feedback/api/): its name, what it may do, how long it lasts."""
 
-    EXPIRY_DAYS = [("7", _("7 days")), ("30", _("30 days")), ("90", _("90 days")), ("365", _("1 year")),
-                   ("", _("Never"))]  # fmt: skip
+    EXPIRY_DAYS = [
+        ("7", _("7 days")),
+        ("30", _("30 days")),
+        ("90", _("90 days")),
+        ("365", _("1 year")),
+        ("", _("Never")),
+    ]
 
     name = forms.CharField(
         label=_("Name"), max_length=100, help_text=_("What it is for, e.g. “nightly evaluation script”.")
@@ -51,9 +56,11 @@ class ApiTokenForm(forms.Form):
         choices=ApiToken.Scope.choices,
         initial=ApiToken.Scope.READ,
         widget=forms.RadioSelect,
-        help_text=_("A read-only token lists and reads; read and write also submits, scores and decides, "
-                    "as far as your account may."),
-    )  # fmt: skip
+        help_text=_(
+            "A read-only token lists and reads; read and write also submits, scores and decides, "
+            "as far as your account may."
+        ),
+    )
     expires = forms.ChoiceField(label=_("Expires after"), choices=EXPIRY_DAYS, initial="90", required=False)
 
     def clean_name(self) -> str:

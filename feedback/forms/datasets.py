@@ -8,8 +8,11 @@ from feedback.models import Dataset
 
 
 class DatasetImportForm(forms.Form):
-    name = forms.CharField(label=_("Dataset"), max_length=Dataset._meta.get_field("name").max_length,
-                           help_text=_("A new name makes a dataset; an existing one gets a new version."))  # fmt: skip
+    name = forms.CharField(
+        label=_("Dataset"),
+        max_length=Dataset._meta.get_field("name").max_length,
+        help_text=_("A new name makes a dataset; an existing one gets a new version."),
+    )
     format = forms.ChoiceField(label=_("Format"), choices=[("jsonl", "JSONL"), ("csv", "CSV")])
     file = forms.FileField(label=_("File"), required=False)
     content = forms.CharField(

@@ -45,9 +45,12 @@ class RunFilterForm(forms.Form):
     score_max = forms.FloatField(label=_("Score to"), required=False, min_value=0, max_value=1)
     tool = forms.ChoiceField(label=_("Tool used"), required=False)
     error = forms.RegexField(
-        label=_("Error signature"), required=False, regex=ERROR_SIGNATURE, max_length=40,
+        label=_("Error signature"),
+        required=False,
+        regex=ERROR_SIGNATURE,
+        max_length=40,
         error_messages={"invalid": _("An error signature is 4 to 40 hex digits.")},
-    )  # fmt: skip
+    )
     strategy = forms.ModelChoiceField(
         label=_("Strategy applied"), required=False, queryset=Strategy.objects.none(), empty_label=_("Any")
     )
@@ -71,8 +74,9 @@ class AlertFilterForm(forms.Form):
     """The alert history's filters (a GET form: a filtered history is a shareable URL)."""
 
     state = forms.ChoiceField(label=_("State"), required=False, choices=[("", _("Any")), *AlertIncident.State.choices])
-    rule = forms.ModelChoiceField(label=_("Rule"), required=False, queryset=AlertRule.objects.none(),
-                                  empty_label=_("Any"))  # fmt: skip
+    rule = forms.ModelChoiceField(
+        label=_("Rule"), required=False, queryset=AlertRule.objects.none(), empty_label=_("Any")
+    )
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("label_suffix", "")

@@ -53,8 +53,13 @@ class HumanScoreForm(forms.Form):
 
 
 class StrategyDecisionForm(forms.Form):
-    ACTIONS = [("approve", _("Approve for trial")), ("reject", _("Reject")), ("promote", _("Promote")),
-               ("promote_override", _("Promote against the verdict")), ("roll_back", _("Roll back"))]  # fmt: skip
+    ACTIONS = [
+        ("approve", _("Approve for trial")),
+        ("reject", _("Reject")),
+        ("promote", _("Promote")),
+        ("promote_override", _("Promote against the verdict")),
+        ("roll_back", _("Roll back")),
+    ]
     action = forms.ChoiceField(choices=ACTIONS)
     # Every decision has a reason in the audit log (whitespace alone is stripped, so refused too).
     reason = forms.CharField(label=_("Reason"), max_length=2000, error_messages={"required": _("Say why.")})

@@ -31,15 +31,19 @@ def precision(pairs: Iterable[tuple[str, bool | None]]) -> dict:
 def outcome_precision(window: Window) -> dict:
     """The outcome's precision on the window's dataset runs."""
     from feedback.datasets.checkers import checker_verdict
-    from feedback.evaluation.chain import run_outcome
+    from feedback.evaluation.chain import run_outcome, verdict_rows
 
     runs = Run.objects.filter(
         purpose=Run.Purpose.EXPERIMENT, created_at__gte=window.since, created_at__lt=window.until
-    ).select_related("task")
+    ).select_related("task", "dataset_item")
     if window.kind:
         runs = runs.filter(task_kind=window.kind)
+    sample = list(runs.order_by("-created_at")[:PRECISION_SAMPLE])
+    # Every run's evaluations in one query, not one per run: the metrics page reads this.
+    rows = verdict_rows([run.pk for run in sample])
     pairs = []
-    for run in runs.order_by("-created_at")[:PRECISION_SAMPLE]:
+    for run in sample:
         verdict = checker_verdict(run)
-        pairs.append((run_outcome(run, use_checker=False), None if verdict is None else bool(verdict.passed)))
+        outcome = run_outcome(run, rows.get(run.pk, []), use_checker=False)
+        pairs.append((outcome, None if verdict is None else bool(verdict.passed)))
     return precision(pairs)

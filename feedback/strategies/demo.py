@@ -176,9 +176,18 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
     rng = random.Random(seed)
     workspace = seed_workspace()
     user = get_user_model().objects.filter(username="staff").first()
-    report = {"model": describe_backend(), "tasks_per_phase": tasks_per_phase, "seed": seed,
-              "live_at_start": demo_report.live_now(), "phases": {}, "figures": {}, "proposed": [],
-              "experiment": None, "decisions": [], "auto_approve": auto_approve}  # fmt: skip
+    report = {
+        "model": describe_backend(),
+        "tasks_per_phase": tasks_per_phase,
+        "seed": seed,
+        "live_at_start": demo_report.live_now(),
+        "phases": {},
+        "figures": {},
+        "proposed": [],
+        "experiment": None,
+        "decisions": [],
+        "auto_approve": auto_approve,
+    }
     out(f"Model: {report['model']}")
     out(f"Phase 1: {tasks_per_phase} tasks, the baseline ({_live_line(report['live_at_start'])} at its start)...")
     each = out if progress else None
@@ -186,12 +195,22 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
     _record_phase(report, before, out)
 
     proposed = mine_and_propose(window_days=settings.STRATEGY_MINING_WINDOW_DAYS)
-    report["proposed"] = [{"strategy": s.pk, "title": s.title, "pattern_kind": s.pattern_kind, "support": s.support,
-                           "guardrails": len(s.current_version.guardrails)} for s in proposed]  # fmt: skip
+    report["proposed"] = [
+        {
+            "strategy": s.pk,
+            "title": s.title,
+            "pattern_kind": s.pattern_kind,
+            "support": s.support,
+            "guardrails": len(s.current_version.guardrails),
+        }
+        for s in proposed
+    ]
     out(f"Mining proposed or reinforced {len(proposed)} strateg(ies):")
     for row in report["proposed"]:
-        out(f"  #{row['strategy']} [{row['pattern_kind']}] {row['title']} (support {row['support']}, "
-            f"guardrails {row['guardrails']})")  # fmt: skip
+        out(
+            f"  #{row['strategy']} [{row['pattern_kind']}] {row['title']} (support {row['support']}, "
+            f"guardrails {row['guardrails']})"
+        )
     if not auto_approve:
         out("Stopping here: approve strategies in the browser (or pass --auto-approve, demo only).")
         return report
@@ -207,8 +226,7 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
     _record_phase(report, trial, out)
     report["trial_limit"] = limit
     report["decisions"] = _end_trials([s.pk for s in chosen], rolled, reviewer)
-    out("Trial decisions:\n" + "\n".join(map(demo_report.decision_text, report["decisions"])
-                                          or ["  (none on trial)"]))  # fmt: skip
+    out("Trial decisions:\n" + "\n".join(map(demo_report.decision_text, report["decisions"]) or ["  (none on trial)"]))
 
     out(f"Phase 3: {tasks_per_phase} tasks after the decisions ({_live_line(demo_report.live_now())})...")
     after = run_phase("after", workload(rng, tasks_per_phase, workspace), user, workspace, each)

@@ -57,10 +57,15 @@ def live_in(run_ids: list[int]) -> list[dict]:
         .order_by("strategy_version__strategy")
     )
     return [
-        {"strategy": row["strategy_version__strategy"], "title": row["strategy_version__strategy__title"],
-         "active": row["active"], "treatment": row["treatment"], "control": row["control"]}
+        {
+            "strategy": row["strategy_version__strategy"],
+            "title": row["strategy_version__strategy__title"],
+            "active": row["active"],
+            "treatment": row["treatment"],
+            "control": row["control"],
+        }
         for row in rows
-    ]  # fmt: skip
+    ]
 
 
 def live_now() -> list[dict]:
@@ -100,8 +105,10 @@ def decision_text(row: dict) -> str:
     interval = "" if row["ci_low"] is None else f", interval {row['ci_low']:+.3f} to {row['ci_high']:+.3f}"
     figures = f"n={row['treatment_n']}/{row['control_n']}, difference {row['difference'] or 0:+.3f}{interval}"
     if row["end"] == "undecided":
-        return (f"  undecided after {row['assigned']} runs  #{row['strategy']} {row['title']} "
-                f"({row['recommendation'].replace('_', ' ')}; {figures}; left on trial)")  # fmt: skip
+        return (
+            f"  undecided after {row['assigned']} runs  #{row['strategy']} {row['title']} "
+            f"({row['recommendation'].replace('_', ' ')}; {figures}; left on trial)"
+        )
     end = row["end"].replace("_", " ")
     return f"  {end:<16} #{row['strategy']} {row['title']} ({row['recommendation']}; {figures})"
 

@@ -268,12 +268,15 @@ def _recurred(strategy: Strategy, pattern: Pattern, new: list[int]) -> Strategy 
     strategy.recurred_at = latest.first()
     strategy.save(update_fields=["recurrences", "recurred_at", "updated_at"])
     StrategyEvent.objects.create(
-        strategy=strategy, version=strategy.current_version, action=StrategyEvent.Action.MERGE,
-        from_status=strategy.status, to_status=strategy.status,
+        strategy=strategy,
+        version=strategy.current_version,
+        action=StrategyEvent.Action.MERGE,
+        from_status=strategy.status,
+        to_status=strategy.status,
         reason=f"Seen again {pattern.window_text()}: {count} new failing run(s) since it was "
         f"{strategy.get_status_display().lower()}; support and status unchanged.",
         snapshot=_summary(pattern),
-    )  # fmt: skip
+    )
     return strategy
 
 

@@ -207,8 +207,13 @@ class Split:
         return self.p_value < SRM_ALPHA
 
     def as_json(self) -> dict:
-        return {"treatment": self.treatment, "control": self.control, "fraction": self.fraction,
-                "p_value": self.p_value, "mismatch": self.mismatch}  # fmt: skip
+        return {
+            "treatment": self.treatment,
+            "control": self.control,
+            "fraction": self.fraction,
+            "p_value": self.p_value,
+            "mismatch": self.mismatch,
+        }
 
 
 def split_test(treatment: int, control: int, fraction: float) -> Split:
@@ -216,9 +221,11 @@ def split_test(treatment: int, control: int, fraction: float) -> Split:
     treatment with probability ``fraction``"; 1/factor is a p-value valid at any look."""
     a, b = SRM_PRIOR * fraction, SRM_PRIOR * (1 - fraction)
     log_factor = (
-        _log_beta(a + treatment, b + control) - _log_beta(a, b)
-        - treatment * math.log(fraction) - control * math.log(1 - fraction)
-    )  # fmt: skip
+        _log_beta(a + treatment, b + control)
+        - _log_beta(a, b)
+        - treatment * math.log(fraction)
+        - control * math.log(1 - fraction)
+    )
     return Split(treatment, control, fraction, min(1.0, math.exp(-log_factor)))
 
 

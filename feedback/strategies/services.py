@@ -33,8 +33,14 @@ from .trials import trial_stats
 from .verdicts import promotion_verdict
 from .watch import watch_stats
 
-_PAST = {"approve": "approved", "reject": "rejected", "promote": "promoted", "promote_override": "promoted",
-         "roll_back": "rolled back", "auto_roll_back": "rolled back"}  # fmt: skip
+_PAST = {
+    "approve": "approved",
+    "reject": "rejected",
+    "promote": "promoted",
+    "promote_override": "promoted",
+    "roll_back": "rolled back",
+    "auto_roll_back": "rolled back",
+}
 
 
 class IllegalTransition(Exception):
@@ -136,9 +142,12 @@ def strategy_promote(*, strategy: Strategy, reviewer: AbstractBaseUser, reason: 
             raise ValidationError(_("Promotion is blocked: %(reasons)s.") % {"reasons": "; ".join(verdict.blockers)})
         if not verdict.promotes:
             raise ValidationError(
-                _("The %(source)s says “%(verdict)s”, not “promote”: promote against it only by an explicit "
-                  "override, with its reason.") % {"source": _source(verdict.source), "verdict": verdict.label}
-            )  # fmt: skip
+                _(
+                    "The %(source)s says “%(verdict)s”, not “promote”: promote against it only by an explicit "
+                    "override, with its reason."
+                )
+                % {"source": _source(verdict.source), "verdict": verdict.label}
+            )
         return {"trial": verdict.figures, "verdict": verdict.as_json()}
 
     return _transition(
@@ -207,10 +216,14 @@ def strategy_roll_back_harmful(*, strategy: Strategy, reviewer: AbstractBaseUser
             reason = _(
                 "Rolled back for harm since its promotion: %(worse)s significantly worse than before it "
                 "(%(runs)s runs since, against %(baseline)s runs of its trial)."
-            ) % {"worse": ", ".join(f.label for f in watch.figures if f.worse), "runs": watch.runs,
-                 "baseline": watch.baseline_runs}  # fmt: skip
-        return _transition(strategy.pk, Strategy.Status.ROLLED_BACK, StrategyEvent.Action.ROLL_BACK, reviewer,
-                           reason, _record)  # fmt: skip
+            ) % {
+                "worse": ", ".join(f.label for f in watch.figures if f.worse),
+                "runs": watch.runs,
+                "baseline": watch.baseline_runs,
+            }
+        return _transition(
+            strategy.pk, Strategy.Status.ROLLED_BACK, StrategyEvent.Action.ROLL_BACK, reviewer, reason, _record
+        )
 
 
 def strategy_decide(

@@ -52,9 +52,14 @@ class Stratum:
         return self.treatment.mean - self.control.mean if self.compared else None
 
     def as_json(self) -> dict:
-        return {"kind": self.kind, "template": self.template, "templates": self.templates,
-                "treatment": self.treatment.as_json(), "control": self.control.as_json(),
-                "difference": self.difference}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "template": self.template,
+            "templates": self.templates,
+            "treatment": self.treatment.as_json(),
+            "control": self.control.as_json(),
+            "difference": self.difference,
+        }
 
 
 Leaves = dict[tuple[str, str], tuple[Sample, Sample]]

@@ -112,8 +112,13 @@ class Guard:
     def as_json(self) -> dict:
         i = self.interval
         bounds = {"difference": i.difference, "low": i.low, "high": i.high} if i else {}
-        return {"treatment": self.treatment.as_json(), "control": self.control.as_json(),
-                **bounds, "tolerance": self.tolerance, "worse": self.worse}  # fmt: skip
+        return {
+            "treatment": self.treatment.as_json(),
+            "control": self.control.as_json(),
+            **bounds,
+            "tolerance": self.tolerance,
+            "worse": self.worse,
+        }
 
 
 @dataclass(frozen=True)
@@ -266,9 +271,17 @@ def compare_strata(scores: list[Stratum], *, guards: dict[str, list[Stratum]], s
         runs = runs_to_decision(effect, var_t=var_t, var_c=var_c, fraction=split.fraction, minimum=minimum)
         outlook.append(Outlook(kind, effect, runs, None if runs is None else max(0, runs - done)))
     return TrialStats(
-        treatment, control, interval, recommendation, checked, split, tuple(outlook), minimum_effect,
-        tuple(blockers), tuple(scores),
-    )  # fmt: skip
+        treatment,
+        control,
+        interval,
+        recommendation,
+        checked,
+        split,
+        tuple(outlook),
+        minimum_effect,
+        tuple(blockers),
+        tuple(scores),
+    )
 
 
 def trial_stats(strategy: Strategy) -> TrialStats:

@@ -69,8 +69,13 @@ class Watched:
     def as_json(self) -> dict:
         i = self.interval
         bounds = {"difference": i.difference, "low": i.low, "high": i.high} if i else {}
-        return {"active": self.active.as_json(), "baseline": self.baseline.as_json(), "baseline_arm": self.baseline_arm,
-                **bounds, "worse": self.worse}  # fmt: skip
+        return {
+            "active": self.active.as_json(),
+            "baseline": self.baseline.as_json(),
+            "baseline_arm": self.baseline_arm,
+            **bounds,
+            "worse": self.worse,
+        }
 
 
 @dataclass(frozen=True)
@@ -96,9 +101,14 @@ class Watch:
         return max((f.baseline.n for f in self.figures), default=0)
 
     def as_json(self) -> dict:
-        return {"since": self.since.isoformat() if self.since else None, "runs": self.runs,
-                "baseline_runs": self.baseline_runs, "harmed": self.harmed, "worse": self.worse,
-                "figures": {f.name: f.as_json() for f in self.figures}}  # fmt: skip
+        return {
+            "since": self.since.isoformat() if self.since else None,
+            "runs": self.runs,
+            "baseline_runs": self.baseline_runs,
+            "harmed": self.harmed,
+            "worse": self.worse,
+            "figures": {f.name: f.as_json() for f in self.figures},
+        }
 
 
 def _interval(leaves: Leaves, minimum: int) -> Interval | None:
@@ -119,9 +129,18 @@ def watch_stats(strategy: Strategy) -> Watch:
             refused=Exists(refused),
             quoted=ExpressionWrapper(Q(run__final_output__contains=GUARDRAIL_TEXT), output_field=BooleanField()),
         )
-        .values_list("arm", "run__created_at", "run__status", "run__score", "run__outcome", "refused", "quoted",
-                     "run__task_kind", "run__task__text")
-    )  # fmt: skip
+        .values_list(
+            "arm",
+            "run__created_at",
+            "run__status",
+            "run__score",
+            "run__outcome",
+            "refused",
+            "quoted",
+            "run__task_kind",
+            "run__task__text",
+        )
+    )
     since = strategy.promoted_at
     leaves: dict[str, Leaves] = {name: {} for name in WATCHED}
     known = (Run.Outcome.ACCOMPLISHED, Run.Outcome.NOT_ACCOMPLISHED)

@@ -6,33 +6,56 @@ import re
 # Evaluator feedback by what it says, so the guidance is about the kind of shortfall, not about
 # one task: (category, how to recognise it, what answers do, what to do instead).
 _FEEDBACK_CATEGORIES = (
-    ("gives_up", re.compile(r"gives? up|gave up|refus|the run ended", re.I),
-     "answers give up", "Final answers give up on the task (“I could not…”).",
-     "In {kind} tasks, do not end with an answer that gives up while a tool can still help: when a call "
-     "fails, read its error, correct the arguments or look around the workspace (list the folders, "
-     "including sub-folders), and then answer what was asked."),
-    ("reference", re.compile(r"expected|does not match|does not contain|missing labels", re.I),
-     "answers miss the expected result", "Final answers do not give the result the task expects.",
-     "In {kind} tasks, before giving the final answer, check it against each thing the task asks for "
-     "(every quantity, label, name and unit it requests), work it out from the tool results rather than "
-     "guessing, and state the result itself in the answer."),
-    ("length", re.compile(r"characters|too short|too long|number of words|word count|length", re.I),
-     "answers have the wrong length", "Final answers are shorter or longer than the task asks.",
-     "In {kind} tasks, give the final answer at the length the task asks for: count with a tool where one "
-     "can, rather than estimate, and do not stop at a fragment."),
-    ("format", re.compile(r"\bmatches\b|format|json", re.I),
-     "answers are not in the form asked for", "Final answers are not in the form the task asks for.",
-     "In {kind} tasks, give the final answer in exactly the form the task asks for (a number, a list, "
-     "labels, a sentence), without other text around it."),
-    ("keyword", re.compile(r"mentions|missing", re.I),
-     "answers leave out what was asked", "Final answers leave out items the task asks about.",
-     "In {kind} tasks, name in the final answer each item the task asks about, in the task's own words."),
-)  # fmt: skip
+    (
+        "gives_up",
+        re.compile(r"gives? up|gave up|refus|the run ended", re.I),
+        "answers give up",
+        "Final answers give up on the task (“I could not…”).",
+        "In {kind} tasks, do not end with an answer that gives up while a tool can still help: when a call "
+        "fails, read its error, correct the arguments or look around the workspace (list the folders, "
+        "including sub-folders), and then answer what was asked.",
+    ),
+    (
+        "reference",
+        re.compile(r"expected|does not match|does not contain|missing labels", re.I),
+        "answers miss the expected result",
+        "Final answers do not give the result the task expects.",
+        "In {kind} tasks, before giving the final answer, check it against each thing the task asks for "
+        "(every quantity, label, name and unit it requests), work it out from the tool results rather than "
+        "guessing, and state the result itself in the answer.",
+    ),
+    (
+        "length",
+        re.compile(r"characters|too short|too long|number of words|word count|length", re.I),
+        "answers have the wrong length",
+        "Final answers are shorter or longer than the task asks.",
+        "In {kind} tasks, give the final answer at the length the task asks for: count with a tool where one "
+        "can, rather than estimate, and do not stop at a fragment.",
+    ),
+    (
+        "format",
+        re.compile(r"\bmatches\b|format|json", re.I),
+        "answers are not in the form asked for",
+        "Final answers are not in the form the task asks for.",
+        "In {kind} tasks, give the final answer in exactly the form the task asks for (a number, a list, "
+        "labels, a sentence), without other text around it.",
+    ),
+    (
+        "keyword",
+        re.compile(r"mentions|missing", re.I),
+        "answers leave out what was asked",
+        "Final answers leave out items the task asks about.",
+        "In {kind} tasks, name in the final answer each item the task asks about, in the task's own words.",
+    ),
+)
 _FEEDBACK_OTHER = (
-    "other", None, "answers score low", "Final answers draw low scores.",
+    "other",
+    None,
+    "answers score low",
+    "Final answers draw low scores.",
     "In {kind} tasks, re-read the task before answering and make sure the final answer addresses every "
     "part of it, using what the tools showed.",
-)  # fmt: skip
+)
 
 
 def feedback_category(evaluator_kind: str, feedback: str) -> tuple:

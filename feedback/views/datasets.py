@@ -24,8 +24,12 @@ def datasets(request: HttpRequest) -> HttpResponse:
 def _list(
     request: HttpRequest, form: DatasetImportForm, refused: list | None = None, status: int = 200
 ) -> HttpResponse:
-    context = {"datasets": dataset_list(), "form": form, "refused": refused or [],
-               "can_import": request.user.has_perm("feedback.add_dataset")}  # fmt: skip
+    context = {
+        "datasets": dataset_list(),
+        "form": form,
+        "refused": refused or [],
+        "can_import": request.user.has_perm("feedback.add_dataset"),
+    }
     return render(request, "feedback/dataset_list.html", context, status=status)
 
 
@@ -43,8 +47,11 @@ def dataset_import_view(request: HttpRequest) -> HttpResponse:
     except ImportRefused as refused:
         # Nothing saved; the form keeps what was typed (a chosen file must be chosen again).
         return _list(request, form, refused=refused.errors, status=400)
-    messages.success(request, _("%(name)s v%(n)s: %(items)s items imported.")
-                     % {"name": version.dataset.name, "n": version.number, "items": version.items.count()})  # fmt: skip
+    messages.success(
+        request,
+        _("%(name)s v%(n)s: %(items)s items imported.")
+        % {"name": version.dataset.name, "n": version.number, "items": version.items.count()},
+    )
     return redirect("feedback-dataset-detail", dataset_id=version.dataset_id)
 
 
@@ -94,6 +101,9 @@ def dataset_from_evidence_view(request: HttpRequest, strategy_id: int) -> HttpRe
         why = "; ".join(refused.messages) if isinstance(refused, ValidationError) else str(refused)
         messages.error(request, _("No dataset was made: %(why)s") % {"why": why})
         return redirect("feedback-strategy-detail", strategy_id=strategy.pk)
-    messages.success(request, _("%(name)s v%(v)s: %(n)s items from the evidence.")
-                     % {"name": version.dataset.name, "v": version.number, "n": version.items.count()})  # fmt: skip
+    messages.success(
+        request,
+        _("%(name)s v%(v)s: %(n)s items from the evidence.")
+        % {"name": version.dataset.name, "v": version.number, "n": version.items.count()},
+    )
     return redirect("feedback-dataset-detail", dataset_id=version.dataset_id)

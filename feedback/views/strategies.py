@@ -26,9 +26,11 @@ from feedback.strategies.verdicts import promotion_verdict
 from feedback.strategies.watch import watch_stats
 
 DECIDED_ON_FIGURES = (
-    StrategyEvent.Action.PROMOTE, StrategyEvent.Action.PROMOTE_OVERRIDE, StrategyEvent.Action.ROLL_BACK,
+    StrategyEvent.Action.PROMOTE,
+    StrategyEvent.Action.PROMOTE_OVERRIDE,
+    StrategyEvent.Action.ROLL_BACK,
     StrategyEvent.Action.AUTO_ROLL_BACK,
-)  # fmt: skip
+)
 
 
 def _require_decider(request: HttpRequest) -> None:

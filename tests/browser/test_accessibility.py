@@ -37,21 +37,42 @@ def _history(user) -> dict:
     for i, (text, output, expected) in enumerate(
         [("What is (17 * 23 + 4) / 5?", "The answer is 80.", "79"), ("What is 2 + 2?", "2 + 2 = 4", "4")]
     ):
-        run = make_finished_run(text=text, output=output, expected_answer=expected, user=user, started_at=now,
-                                step_count=2)  # fmt: skip
-        Step.objects.create(run=run, index=0, kind="tool_call", tool_name="read_text_file", success=i == 1,
-                            arguments={"path": "notes.txt"}, error="" if i else "No such file: notes.txt",
-                            error_class="" if i else "ToolError", error_signature="" if i else "ab" * 20,
-                            started_at=now, duration_ms=12)  # fmt: skip
+        run = make_finished_run(
+            text=text, output=output, expected_answer=expected, user=user, started_at=now, step_count=2
+        )
+        Step.objects.create(
+            run=run,
+            index=0,
+            kind="tool_call",
+            tool_name="read_text_file",
+            success=i == 1,
+            arguments={"path": "notes.txt"},
+            error="" if i else "No such file: notes.txt",
+            error_class="" if i else "ToolError",
+            error_signature="" if i else "ab" * 20,
+            started_at=now,
+            duration_ms=12,
+        )
         Step.objects.create(run=run, index=1, kind="final", thought="Done.", started_at=now, duration_ms=1)
         evaluate_run(run.pk)
         runs.append(run)
     waiting = make_run(status="awaiting_confirmation", started_at=now, user=user)
-    ToolConfirmation.objects.create(run=waiting, turn=1, tool_call_id="c1", tool_name="send_reply",
-                                    arguments={"to": "ops@example.com", "subject": "Hi", "body": "Hello"})  # fmt: skip
+    ToolConfirmation.objects.create(
+        run=waiting,
+        turn=1,
+        tool_call_id="c1",
+        tool_name="send_reply",
+        arguments={"to": "ops@example.com", "subject": "Hi", "body": "Hello"},
+    )
     strategy = Strategy.objects.create(title="Look in docs/ first", pattern_kind="error_signature", support=7)
-    StrategyVersion.objects.create(strategy=strategy, number=1, pattern="No such file", new_guidance="Look in docs/.",
-                                   condition={"task_kind": "file_analysis"}, guardrails=[])  # fmt: skip
+    StrategyVersion.objects.create(
+        strategy=strategy,
+        number=1,
+        pattern="No such file",
+        new_guidance="Look in docs/.",
+        condition={"task_kind": "file_analysis"},
+        guardrails=[],
+    )
     return {"runs": runs, "waiting": waiting, "strategy": strategy}
 
 

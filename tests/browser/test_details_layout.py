@@ -28,11 +28,26 @@ def _pair(user) -> tuple:
     now = timezone.now()
     runs = []
     for output in (f"The answer is 4. {LONG}", f"Four. {LONG}"):
-        run = make_finished_run(text=f"What is 2 + 2? {LONG}", output=output, expected_answer="4", user=user,
-                                started_at=now, step_count=2, score=0.6)  # fmt: skip
-        Step.objects.create(run=run, index=0, kind="tool_call", tool_name="calculator", success=True,
-                            arguments={"expression": LONG}, result={"value": LONG},
-                            started_at=now, duration_ms=3)  # fmt: skip
+        run = make_finished_run(
+            text=f"What is 2 + 2? {LONG}",
+            output=output,
+            expected_answer="4",
+            user=user,
+            started_at=now,
+            step_count=2,
+            score=0.6,
+        )
+        Step.objects.create(
+            run=run,
+            index=0,
+            kind="tool_call",
+            tool_name="calculator",
+            success=True,
+            arguments={"expression": LONG},
+            result={"value": LONG},
+            started_at=now,
+            duration_ms=3,
+        )
         Step.objects.create(run=run, index=1, kind="final", thought=LONG, started_at=now, duration_ms=1)
         runs.append(run)
     return runs
@@ -72,8 +87,17 @@ def test_run_list_rows_keep_their_column_names_on_a_phone(page, live_server, dem
     expect(row).to_be_visible()
     labels = row.locator("td").evaluate_all("cells => cells.map(c => getComputedStyle(c, '::before').content)")
     # (A reviewer's rows start with the box that selects them for a dataset.)
-    assert labels == ['"Select: "', '"#: "', '"Task: "', '"Kind: "', '"Status: "', '"Outcome: "', '"Steps: "',
-                      '"Score: "', '"Created: "']  # fmt: skip
+    assert labels == [
+        '"Select: "',
+        '"#: "',
+        '"Task: "',
+        '"Kind: "',
+        '"Status: "',
+        '"Outcome: "',
+        '"Steps: "',
+        '"Score: "',
+        '"Created: "',
+    ]
     assert page.evaluate(OVERFLOW) <= 0
     screenshot("run-list-phone")
     # On a desktop the header names the columns: no label repeated in the cells.

@@ -35,9 +35,12 @@ def test_a_waiting_run_cancelled_from_its_page_is_evaluated_and_its_calls_withdr
     client.force_login(staff)
     client.post(
         reverse("feedback-task-submit"),
-        {"kind": "email_triage", "text": "Triage the emails in inbox/ and reply to the urgent ones",
-         "workspace": demo_workspace.pk},
-    )  # fmt: skip
+        {
+            "kind": "email_triage",
+            "text": "Triage the emails in inbox/ and reply to the urgent ones",
+            "workspace": demo_workspace.pk,
+        },
+    )
     run = wait_for_status(Run.objects.get().pk, Run.Status.AWAITING_CONFIRMATION)
     assert run.confirmations.filter(status=ToolConfirmation.Status.PENDING).count() == 3
 
@@ -74,6 +77,8 @@ def test_a_queued_run_whose_cancel_the_worker_finds_ends_evaluated(celery_worker
     rows = wait_for_round(run.pk, 1)
     run.refresh_from_db()
     assert (run.status, run.error, run.outcome) == (
-        Run.Status.CANCELLED, "Cancelled by a user.", Run.Outcome.NOT_ACCOMPLISHED,
-    )  # fmt: skip
+        Run.Status.CANCELLED,
+        "Cancelled by a user.",
+        Run.Outcome.NOT_ACCOMPLISHED,
+    )
     assert rows and Evaluation.Kind.JUDGE not in {r.kind for r in rows}

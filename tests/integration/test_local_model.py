@@ -117,9 +117,14 @@ def test_a_real_model_call_through_a_strategy_injected_prompt(local_model, setti
     example = 'Task: what is 6 * 7 + 1?\nCall calculator(expression="6 * 7 + 1") -> 43\nAnswer: 43'
     strategy = Strategy.objects.create(title="Use the calculator", pattern_kind="manual", status=Strategy.Status.ACTIVE)
     strategy.current_version = StrategyVersion.objects.create(
-        strategy=strategy, number=1, title=strategy.title, pattern="unevaluated expression",
-        new_guidance=guidance, worked_example=example, condition={"task_kinds": ["arithmetic"]},
-    )  # fmt: skip
+        strategy=strategy,
+        number=1,
+        title=strategy.title,
+        pattern="unevaluated expression",
+        new_guidance=guidance,
+        worked_example=example,
+        condition={"task_kinds": ["arithmetic"]},
+    )
     strategy.save()
 
     run = make_run(text="What is 37 * 14 - 9?", kind=Task.Kind.ARITHMETIC, workspace=demo_workspace)

@@ -32,9 +32,14 @@ def test_a_real_worker_retries_a_webhook_refused_twice_until_it_accepts(shared_f
     try:
         with WebhookReceiver() as receiver:
             receiver.script = [503, 500]
-            rule = AlertRule.objects.create(name="Queue", kind=AlertRule.Kind.STUCK_QUEUE, queued_minutes=15,
-                                            heartbeat_minutes=None, confirmation_minutes=None,
-                                            webhook_urls=receiver.url)  # fmt: skip
+            rule = AlertRule.objects.create(
+                name="Queue",
+                kind=AlertRule.Kind.STUCK_QUEUE,
+                queued_minutes=15,
+                heartbeat_minutes=None,
+                confirmation_minutes=None,
+                webhook_urls=receiver.url,
+            )
             make_run(created_at=timezone.now() - timedelta(minutes=20))
             alerts_evaluate()  # queues the opening's notification once it commits: through Redis to the worker
             delivery = _delivered()

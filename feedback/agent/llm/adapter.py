@@ -109,16 +109,21 @@ class EndpointModel:
         chosen = "" if reply.tool_calls else chosen_in_text(reply.content, tools, messages)
         if chosen is None:
             return LLMReply(
-                content=reply.content, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
+                content=reply.content,
+                tokens_in=reply.tokens_in,
+                tokens_out=reply.tokens_out,
                 unusable="Your reply named a tool that is not offered instead of calling a tool or answering.",
-            )  # fmt: skip
+            )
         if chosen:
             forced = {"type": "function", "function": {"name": chosen}}
             second = self._native_reply(self.create(messages=messages, tools=tools, tool_choice=forced))
             reply = LLMReply(
-                content=second.content, tool_calls=second.tool_calls, unusable=second.unusable,
-                tokens_in=reply.tokens_in + second.tokens_in, tokens_out=reply.tokens_out + second.tokens_out,
-            )  # fmt: skip
+                content=second.content,
+                tool_calls=second.tool_calls,
+                unusable=second.unusable,
+                tokens_in=reply.tokens_in + second.tokens_in,
+                tokens_out=reply.tokens_out + second.tokens_out,
+            )
         return reply
 
     def _native_reply(self, response: Any) -> LLMReply:
@@ -183,23 +188,31 @@ def _calls_in_text(reply: LLMReply, tools: list[dict[str, Any]], *, turn_id: str
         items = data if isinstance(data, list) else [data]
         if items and all(isinstance(d, dict) and d.get("name") in offered and "arguments" in d for d in items):
             content = ""
-            calls = [ToolCall(f"{turn_id}-{i}", d["name"], _json_arguments(d["arguments"]))
-                     for i, d in enumerate(items)]  # fmt: skip
+            calls = [
+                ToolCall(f"{turn_id}-{i}", d["name"], _json_arguments(d["arguments"])) for i, d in enumerate(items)
+            ]
     if not calls:
         attempt = "" if reply.unusable else _failed_attempt(reply.content, offered)
         if not attempt:
             return reply
         return LLMReply(content=reply.content, unusable=attempt, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out)
-    return LLMReply(content=content, tool_calls=calls, unusable=reply.unusable,
-                    tokens_in=reply.tokens_in, tokens_out=reply.tokens_out)  # fmt: skip
+    return LLMReply(
+        content=content,
+        tool_calls=calls,
+        unusable=reply.unusable,
+        tokens_in=reply.tokens_in,
+        tokens_out=reply.tokens_out,
+    )
 
 
 def _failed_attempt(content: str, offered: set[str]) -> str:
     """Why a reply is a failed attempt at a call rather than an answer, or "" when it is not one."""
     start = _CALL_START.match(_FENCE.sub("", content.strip()))
     if start and start.group(1) in offered:
-        return (f"Your reply looks like a call of {start.group(1)} but is not valid JSON: call tools through "
-                "the tool-calling format, or answer in words.")  # fmt: skip
+        return (
+            f"Your reply looks like a call of {start.group(1)} but is not valid JSON: call tools through "
+            "the tool-calling format, or answer in words."
+        )
     if _PSEUDO_MARKUP.search(content):
         return "Your reply wrote tool calls as text instead of making them: call tools, or answer in words."
     return ""
@@ -310,8 +323,10 @@ def json_mode_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any
         if m["role"] == "system":
             out.append({"role": "system", "content": f"{m['content']}\n\n{JSON_MODE_INSTRUCTIONS}{catalogue}"})
         elif m["role"] == "assistant":
-            calls = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-                     for c in m.get("tool_calls") or []]  # fmt: skip
+            calls = [
+                {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                for c in m.get("tool_calls") or []
+            ]
             body = {"thought": m.get("content") or "", "tool_calls": calls} if calls else None
             out.append({"role": "assistant", "content": json.dumps(body) if body else m.get("content") or ""})
         elif m["role"] == "tool":

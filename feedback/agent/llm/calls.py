@@ -81,9 +81,11 @@ class _Attempts:
 def _say_retry(state: RetryCallState) -> None:
     logger.warning(
         "model call failed (attempt %d of %d), retrying in %.2f s: %s",
-        state.attempt_number, settings.LLM_MAX_ATTEMPTS, state.upcoming_sleep,
+        state.attempt_number,
+        settings.LLM_MAX_ATTEMPTS,
+        state.upcoming_sleep,
         state.outcome.exception() if state.outcome else "",
-    )  # fmt: skip
+    )
 
 
 def call_model(model: ChatModel, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelCall:
