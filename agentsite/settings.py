@@ -347,6 +347,11 @@ env.require(
     "RUN_STALE_AFTER_SECONDS must be more than RUN_HEARTBEAT_SECONDS: the reaper would re-queue running runs.",
 )
 
+# Paired experiments (feedback/experiments/): pairs run at once per experiment, and how long a
+# queued experiment run waits before looking again when production runs are waiting for a worker.
+EXPERIMENT_PAIRS_IN_FLIGHT = env.int("EXPERIMENT_PAIRS_IN_FLIGHT", default=2, ge=1)
+EXPERIMENT_YIELD_SECONDS = env.float("EXPERIMENT_YIELD_SECONDS", default=2.0, gt=0)
+
 # Mask personal data and secrets (emails, phones, cards, API keys) before anything is stored.
 PRIVACY_MASKING = env.bool("PRIVACY_MASKING", default=True)
 

@@ -16,5 +16,6 @@ def roles(request: HttpRequest) -> dict:
         "can_score": user.has_perm("feedback.score_run"),
         "can_view_alerts": user.has_perm("feedback.view_alertincident"),
         "can_view_datasets": user.has_perm("feedback.view_dataset"),
+        "can_view_experiments": user.has_perm("feedback.view_experiment"),
         "can_edit_settings": user.has_perm("feedback.change_alertrule"),
     }

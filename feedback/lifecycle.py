@@ -168,6 +168,13 @@ def run_scored(*, run: Run, evaluations: Sequence[Evaluation], rows: list[dict] 
     run.outcome = chain.run_outcome(run, rows)
     run.save(update_fields=["score", "outcome"])
     new = [evaluation.pk for evaluation in evaluations]
+    if run.purpose == Run.Purpose.EXPERIMENT:
+        # Its pair may be complete: the experiment looks at its test again (experiments/services.py).
+        from feedback.experiments.services import experiment_of_run
+
+        experiment_id = experiment_of_run(run)
+        if experiment_id is not None:
+            queue.experiment_advance(experiment_id)
     if _first_round(run, evaluations, rows):
         queue.run_export(run.pk)  # the run's trace, its first round on the run's span
     else:

@@ -26,15 +26,16 @@ DEMO_LOOP = "feedback.tasks.demo_loop_task"
 ALERT_DELIVER = "feedback.tasks.alert_deliver_task"
 RUN_EXPORT = "feedback.tasks.run_export_task"
 EVALUATIONS_EXPORT = "feedback.tasks.evaluations_export_task"
+EXPERIMENT_ADVANCE = "feedback.tasks.experiment_advance_task"
 # Telemetry, not state: what the broker lost of it is not sent again.
 _NOT_RESENT = {RUN_EXPORT, EVALUATIONS_EXPORT}
 
 
-def _after_commit(name: str, *args: Any, **kwargs: Any) -> None:
+def _after_commit(name: str, *args: Any, countdown: float | None = None, **kwargs: Any) -> None:
     def send() -> None:
         then = "is not sent again" if name in _NOT_RESENT else "will be sent again by the reaper"
         try:
-            app.send_task(name, args, kwargs)
+            app.send_task(name, args, kwargs, countdown=countdown)
         except (BrokerError, OSError):
             logger.warning("the broker is unavailable; %s%s %s", name, args, then)
         except Exception:
@@ -46,9 +47,14 @@ def _after_commit(name: str, *args: Any, **kwargs: Any) -> None:
     transaction.on_commit(send)
 
 
-def run_execute(run_id: int) -> None:
-    """Have a worker run (or resume) the run."""
-    _after_commit(RUN_EXECUTE, run_id)
+def run_execute(run_id: int, *, countdown: float | None = None) -> None:
+    """Have a worker run (or resume) the run (``countdown``: not before so many seconds)."""
+    _after_commit(RUN_EXECUTE, run_id, countdown=countdown)
+
+
+def experiment_advance(experiment_id: int) -> None:
+    """Have a worker record the experiment's ended pairs and start its next ones."""
+    _after_commit(EXPERIMENT_ADVANCE, experiment_id)
 
 
 def run_evaluate(run_id: int, *, expected_round: int | None = None) -> None:

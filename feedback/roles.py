@@ -30,6 +30,13 @@ _OPERATOR_PERMS = [
     # Datasets hold tasks and answers copied from runs: those who read every run keep them.
     "view_dataset",
     "add_dataset",
+    # Paired experiments run a change on a dataset's items, apart from production (a strategy's
+    # experiment is a reviewer's decision besides: decide_strategy).
+    "view_experiment",
+    "add_experiment",
+    # The playground re-runs a run with an edited prompt (measured apart, like an experiment).
+    "view_playgroundrun",
+    "add_playgroundrun",
 ]
 
 # The Settings pages (feedback/views/settings_*.py): operators run the system, so they keep its

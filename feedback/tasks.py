@@ -18,14 +18,32 @@ logger = logging.getLogger(__name__)
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_execute_task(run_id: int) -> None:
+    from feedback import queue
+    from feedback.experiments.services import yields_to_production
+
+    if yields_to_production(run_id):
+        # An experiment's run waits while people's runs wait for a worker (lower priority).
+        queue.run_execute(run_id, countdown=settings.EXPERIMENT_YIELD_SECONDS)
+        return
     # Idempotent: a duplicate or redelivered message finds the run claimed and returns.
     execute_run(run_id)
 
 
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def experiment_advance_task(experiment_id: int) -> None:
+    # Idempotent: serialised on the experiment's row, and a second call finds nothing new to do.
+    from feedback.experiments.services import experiment_advance
+
+    experiment_advance(experiment_id=experiment_id)
+
+
 @shared_task(ignore_result=True)
 def runs_reap_stale_task() -> None:
+    from feedback.experiments.services import experiments_resume
+
     reap_stale_runs()
     resend_lost_evaluations()
+    experiments_resume()
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True, soft_time_limit=600)

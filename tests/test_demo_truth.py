@@ -55,8 +55,19 @@ def test_the_loop_ends_trials_by_their_verdicts_only(settings):
     report = demo.run_demo_loop(
         tasks_per_phase=40, seed=7, auto_approve=True, trial_batch=20, trial_limit=40, out=lambda line: None
     )
-    assert report["decisions"]  # every proposal went to trial (no experiment stage in this version: said so)
-    assert report["experiment"]["available"] is False
+    # proposed -> experiment -> trial: each proposal's experiment decided whether it went to trial.
+    stage = report["experiment"]
+    assert stage["available"] is True and stage["experiments"]
+    trialled = {row["strategy"] for row in report["decisions"]}
+    for row in stage["experiments"]:
+        status = Strategy.objects.get(pk=row["strategy"]).status
+        if row["decision"] == "reject":
+            assert status == "rejected" and row["strategy"] not in trialled, row
+        else:
+            assert row["strategy"] in trialled, row
+        if row["experiment"]:
+            assert row["wins"] + row["losses"] + row["ties"] == row["pairs"], row
+    assert report["decisions"]
     # (end, the status it leaves, the verdicts it may follow)
     rules = {
         "promoted": ("active", {"promote"}),
@@ -100,7 +111,13 @@ def test_the_report_is_data_rendered_in_the_reader_s_language(client, operator, 
             "trial": {"runs": 40, "average score": 0.71},
             "after": {"runs": 30, "average score": 0.72},
         },
-        "experiment": {"available": False, "strategies": [3]},
+        "experiment": {
+            "available": True,
+            "strategies": [3],
+            "experiments": [
+                {"strategy": 3, "experiment": None, "decision": "no_dataset"},
+            ],
+        },
         "trial_limit": 40,
         "decisions": [
             {
@@ -126,7 +143,8 @@ def test_the_report_is_data_rendered_in_the_reader_s_language(client, operator, 
     assert '<tr id="demo-phase-before"><td>baseline</td><td>30</td>' in html and "no live strategy" in html
     assert "<strong>undecided after 40 runs</strong> (collect_more; left on trial)" in html
     assert "Look in sub-folders &lt;b&gt;" in html and "<b>" not in html.split('id="demo-report"')[1]
-    assert "No experiment stage in this version" in html
+    assert "verdict decided whether it went on to trial" in html
+    assert '<tr id="demo-experiment-3">' in html and "no dataset: straight to trial" in html
     assert "<td>average score</td><td>0.700</td><td>0.710</td><td>0.720</td>" in html
     # In Chinese, the page's own words are Chinese.
     client.cookies[settings.LANGUAGE_COOKIE_NAME] = "zh-hans"

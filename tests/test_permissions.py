@@ -56,6 +56,13 @@ ACCESS = [
     ("feedback-dataset-detail", "get", "dataset", [LOGIN, 403, 403, 200, 200]),
     ("feedback-dataset-from-runs", "post", None, [LOGIN, 403, 403, 302, 302]),
     ("feedback-dataset-from-evidence", "post", "strategy", [LOGIN, 403, 403, 302, 302]),
+    # The playground: operators and reviewers, on runs they may see.
+    ("feedback-run-playground", "get", "run", [LOGIN, 403, 403, 200, 200]),
+    # Experiments: operators and reviewers (a strategy's experiment needs a reviewer: the service).
+    ("feedback-experiment-list", "get", None, [LOGIN, 403, 403, 200, 200]),
+    ("feedback-experiment-start", "post", None, [LOGIN, 403, 403, 400, 400]),
+    ("feedback-experiment-detail", "get", "experiment", [LOGIN, 403, 403, 200, 200]),
+    ("feedback-experiment-stop", "post", "experiment", [LOGIN, 403, 403, 302, 302]),
     ("feedback-schedule-toggle", "post", "schedule", [LOGIN, 403, 403, 403, 302]),
     # Alerts: the history and the rules are read by operators and reviewers; rules are edited in the admin.
     ("feedback-alert-list", "get", None, [LOGIN, 403, 403, 200, 200]),
@@ -130,6 +137,20 @@ def _kwargs(kind, run):
         item = '{"text": "What is 6 * 7?", "expected": 42, "checker": "numeric"}'
         version = dataset_import(name="theirs", user=run.task.created_by, fmt="jsonl", content=item)
         return {"dataset_id": version.dataset_id}
+    if kind == "experiment":
+        from feedback.datasets.imports import dataset_import
+        from feedback.experiments.services import experiment_start
+
+        from django.contrib.auth.models import User
+
+        # Called twice by one test (the CSRF test posts twice), so the owner is made once.
+        owner = User.objects.filter(username="experimenter").first() or make_user("experimenter", "reviewer")
+        item = '{"text": "What is 6 * 7?", "expected": 42, "checker": "numeric"}'
+        version = dataset_import(name="theirs", user=owner, fmt="jsonl", content=item)
+        experiment = experiment_start(
+            user=owner, dataset_version=version, change_kind="guidance", change={"guidance": "Use the calculator."}
+        )
+        return {"experiment_id": experiment.pk}
     if kind == "reset":
         return {"uidb64": "MQ", "token": "not-a-valid-token"}
     return None

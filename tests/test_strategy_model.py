@@ -23,7 +23,8 @@ def _strategy(**fields):
 @pytest.mark.parametrize(
     ("start", "allowed"),
     [
-        ("proposed", {"trial", "rejected"}),
+        ("proposed", {"experiment", "trial", "rejected"}),
+        ("experiment", {"trial", "rejected", "proposed"}),
         ("trial", {"active", "rolled_back"}),
         ("active", {"rolled_back"}),
         ("rejected", set()),

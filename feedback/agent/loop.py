@@ -60,6 +60,7 @@ class AgentLoop:
         self.record = Recorder(run, lease)
         self.lease = lease
         self.model = model or get_model()
+        self._model_given = model is not None
         self.all_tools = tools if tools is not None else enabled_tools()
         self.tools = self.all_tools
         self.context = ToolContext(run_id=run.pk, workspace=prepare_sandbox(run))
@@ -70,13 +71,13 @@ class AgentLoop:
         if self.run.system_prompt:
             # Resumed: keep the exact prompt, strategies and tools the run started with.
             injection = strategy_injection.recorded(self.run)
-            self._use_guardrails(injection.guardrails)
+            self._use_injection(injection)
             offered = set(self.run.tools_offered)
             self.tools = self.guardrails.tools({n: t for n, t in self.all_tools.items() if n in offered})
             return
         injection = strategy_injection.select(self.run)
         strategy_injection.record(self.run, injection)
-        self._use_guardrails(injection.guardrails)
+        self._use_injection(injection)
         offerable = self.guardrails.tools(self.all_tools)
         if self._depth >= settings.SUBAGENT_MAX_DEPTH:
             # A delegation would only be refused: not offered, so a model never spends a turn on
@@ -84,14 +85,17 @@ class AgentLoop:
             offerable = {name: tool for name, tool in offerable.items() if name != "delegate"}
         self.tools, method = select_tools(self.run.task.text, offerable)
         self.record.update_run(
-            system_prompt=build_system_prompt(injection.guidance, injection.examples),
+            system_prompt=injection.system_prompt or build_system_prompt(injection.guidance, injection.examples),
             llm_backend=self.model.backend,
             model_name=self.model.name,
             tools_offered=sorted(self.tools),
             tool_selection=method,
         )
 
-    def _use_guardrails(self, rules: list[dict]) -> None:
+    def _use_injection(self, injection: strategy_injection.Injection) -> None:
+        if injection.model and not self._model_given:
+            self.model = get_model(injection.model)  # an experiment's other model, this run only
+        rules = injection.guardrails
         self.guardrails = Guardrails(rules, self.context.workspace)
         # A strategy may switch how the model is asked to call tools (native or JSON replies), for
         # this run only: the model is made per run.

@@ -24,9 +24,8 @@ def dataset_item_workspace(*, item: DatasetItem) -> Workspace | None:
     root = workspace.path
     root.mkdir(parents=True, exist_ok=True)
     for entry in item.files:
-        target = resolve(root, entry["name"])
-        if target.parent != root.resolve():
-            raise ValueError(f"{entry['name']!r} is not a plain file name.")
+        target = resolve(root, entry["name"])  # SandboxError for a path leaving the workspace
+        target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(entry["content"], encoding="utf-8")
     workspace.size_bytes = quota.folder_bytes(root)
     workspace.save(update_fields=["size_bytes"])
@@ -64,7 +63,37 @@ def dataset_version_create(*, dataset, user, items: list[dict], note: str = "", 
 _FIELDS = ("kind", "text", "files", "expected", "checker", "checker_options", "split")
 
 
-def _item_from_run(run, *, checker: str) -> dict:
+def workspace_files(workspace: Workspace | None) -> list[dict]:
+    """The workspace's text files as an item's files (``[{"name": "docs/a.md", "content": ...}]``),
+    so a run of the item starts from what the original run had. Hidden and non-text files are
+    left out; more text than an item holds is refused (ValidationError), never cut silently."""
+    from django.core.exceptions import ValidationError
+
+    from feedback.models.dataset import FILES_MAX_BYTES
+
+    if workspace is None or not workspace.path.is_dir():
+        return []
+    files, total = [], 0
+    root = workspace.path
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        relative = path.relative_to(root)
+        if any(part.startswith(".") for part in relative.parts) or len(relative.parts) > 5:
+            continue
+        try:
+            content = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # not text: an item holds text files only
+        total += len(content.encode())
+        if total > FILES_MAX_BYTES:
+            raise ValidationError(
+                _("The workspace %(name)s holds more than %(n)s bytes of text: too much to copy into an item.")
+                % {"name": workspace.name, "n": FILES_MAX_BYTES}
+            )
+        files.append({"name": relative.as_posix(), "content": content})
+    return files
+
+
+def _item_from_run(run, *, checker: str, files: dict | None = None) -> dict:
     task = run.task
     workspace = task.workspace
     # A run on a private upload makes a private item (its files are the uploader's).
@@ -80,6 +109,11 @@ def _item_from_run(run, *, checker: str) -> dict:
             figures = numbers_in(run.final_output)
             expected = figures[-1] if figures else None
     fields = {"kind": task.kind, "text": task.text, "expected": expected, "checker": checker}
+    # Runs of one workspace share its files, read once (``files``: by workspace id).
+    cache = files if files is not None else {}
+    if workspace is not None and workspace.pk not in cache:
+        cache[workspace.pk] = workspace_files(workspace)
+    fields["files"] = cache[workspace.pk] if workspace is not None else []
     return fields | {"checker_options": {}, "source_run_id": run.pk, "private_to_id": private_to}
 
 
@@ -105,13 +139,14 @@ def reference_checker(expected_answer: str) -> tuple[str, object]:
 @transaction.atomic
 def dataset_from_runs(*, runs, user, checker: str, dataset=None, name: str = "", note: str = ""):
     """A new version of ``dataset`` (or a new dataset ``name``): its latest items plus one item per
-    run, the run's final answer as the expected value under ``checker``. Files are not copied
-    from workspaces here (the item keeps its source run)."""
+    run, the run's final answer as the expected value under ``checker``, the text files of the
+    run's workspace as the item's files."""
     from feedback.models import Dataset
 
     if dataset is None:
         dataset = Dataset.objects.create(name=name, created_by=user)
-    items = [_item_from_run(run, checker=checker) for run in runs]
+    files: dict = {}
+    items = [_item_from_run(run, checker=checker, files=files) for run in runs]
     return dataset_version_create(dataset=dataset, user=user, items=items, note=note, base=dataset.latest_version())
 
 

@@ -1,7 +1,9 @@
 """The forms, by the page family they serve; every name importable from ``feedback.forms``."""
 
 from .accounts import ApiTokenForm, LoginForm
+from .experiments import ExperimentForm
 from .filters import AlertFilterForm, MetricsFilterForm, RunCompareForm, RunFilterForm
+from .playground import PlaygroundForm
 from .review import ConfirmationForm, HumanScoreForm, MiningScheduleForm, StrategyDecisionForm, StrategyEditForm
 from .tasks import (
     ERROR_SIGNATURE,
@@ -26,11 +28,13 @@ __all__ = [
     "AlertFilterForm",
     "ApiTokenForm",
     "ConfirmationForm",
+    "ExperimentForm",
     "HumanScoreForm",
     "LoginForm",
     "MetricsFilterForm",
     "MiningScheduleForm",
     "MultipleFileField",
+    "PlaygroundForm",
     "RunCompareForm",
     "RunFilterForm",
     "StrategyDecisionForm",

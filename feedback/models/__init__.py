@@ -3,9 +3,11 @@ from .alert import AlertAttempt, AlertDelivery, AlertIncident, AlertRule
 from .cost import ModelPrice
 from .dataset import Dataset, DatasetItem, DatasetVersion
 from .evaluation import Evaluation, EvaluationProfile
+from .experiment import Experiment, ExperimentPair
 from .idempotency import IdempotencyKey
 from .lock import JobLock
 from .mcp import McpServer, McpToolOverride
+from .playground import PlaygroundRun
 from .run import AppliedStrategy, Run
 from .stats import DailyRunStats, DailyToolLatency, DailyToolStats
 from .step import Step, StepAttempt
@@ -29,12 +31,15 @@ __all__ = [
     "DatasetVersion",
     "Evaluation",
     "EvaluationProfile",
+    "Experiment",
+    "ExperimentPair",
     "IdempotencyKey",
     "JobLock",
     "LoginFailures",
     "McpServer",
     "McpToolOverride",
     "ModelPrice",
+    "PlaygroundRun",
     "Run",
     "Step",
     "StepAttempt",

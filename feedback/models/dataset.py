@@ -63,7 +63,8 @@ class DatasetItem(models.Model):
     position = models.PositiveIntegerField()
     kind = models.CharField(_("kind"), max_length=32, choices=Task.Kind.choices, default=Task.Kind.GENERAL)
     text = models.TextField(_("task"), max_length=Task.TEXT_MAX_LENGTH)
-    # [{"name": "report.txt", "content": "..."}]: plain file names, text content, bounded in all.
+    # [{"name": "docs/report.txt", "content": "..."}]: relative paths of plain names, text content,
+    # bounded in all.
     files = models.JSONField(default=list, blank=True)
     expected = models.JSONField(_("expected"), null=True, blank=True)
     checker = models.CharField(_("checker"), max_length=16, choices=Checker.choices)
@@ -106,8 +107,10 @@ def files_problems(files: object) -> list[str]:
             problems.append(str(_("Each file needs a name and a text content.")))
             continue
         name = entry["name"]
-        if not name or "/" in name or "\\" in name or name.startswith("."):
-            problems.append(str(_("%(name)r is not a plain file name.") % {"name": name}))
+        # A path inside the item's workspace ("docs/notes.md"): plain names, no hidden part.
+        parts = name.split("/")
+        if "\\" in name or any(not part or part.startswith(".") for part in parts) or len(parts) > 5:
+            problems.append(str(_("%(name)r is not a plain file path (like docs/notes.md).") % {"name": name}))
         total += len(entry["content"].encode())
     if total > FILES_MAX_BYTES:
         problems.append(str(_("The files take more than %(n)s bytes.") % {"n": FILES_MAX_BYTES}))

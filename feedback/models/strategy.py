@@ -16,6 +16,7 @@ class Strategy(models.Model):
 
     class Status(models.TextChoices):
         PROPOSED = "proposed", _("Proposed")
+        EXPERIMENT = "experiment", _("In a paired experiment")
         TRIAL = "trial", _("On trial")
         ACTIVE = "active", _("Active")
         REJECTED = "rejected", _("Rejected")
@@ -31,7 +32,10 @@ class Strategy(models.Model):
 
     # The lifecycle: anything not listed here is an illegal transition.
     TRANSITIONS: dict[str, frozenset[str]] = {
-        Status.PROPOSED: frozenset({Status.TRIAL, Status.REJECTED}),
+        # An experiment first where a dataset exists; straight to trial where none does.
+        Status.PROPOSED: frozenset({Status.EXPERIMENT, Status.TRIAL, Status.REJECTED}),
+        # Back to proposed when its experiment is stopped or ends without a verdict worth a trial.
+        Status.EXPERIMENT: frozenset({Status.TRIAL, Status.REJECTED, Status.PROPOSED}),
         Status.TRIAL: frozenset({Status.ACTIVE, Status.ROLLED_BACK}),
         Status.ACTIVE: frozenset({Status.ROLLED_BACK}),
         Status.REJECTED: frozenset(),
@@ -167,6 +171,8 @@ class StrategyEvent(models.Model):
         PROPOSE = "propose", _("Proposed")
         MERGE = "merge", _("Merged a repeated proposal")
         EDIT = "edit", _("Edited")
+        EXPERIMENT = "experiment", _("Sent to a paired experiment")
+        EXPERIMENT_END = "experiment_end", _("Paired experiment ended")
         APPROVE = "approve", _("Approved for trial")
         REJECT = "reject", _("Rejected")
         PROMOTE = "promote", _("Promoted")

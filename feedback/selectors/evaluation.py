@@ -31,7 +31,9 @@ def review_queue() -> QuerySet[Run]:
         .values("round")[:1]
     )
     runs = (
-        Run.objects.exclude(status__in=Run.ACTIVE_STATUSES)
+        # People's runs: an experiment's runs are judged by their items' checkers, not queued here.
+        Run.objects.filter(purpose=Run.Purpose.PRODUCTION)
+        .exclude(status__in=Run.ACTIVE_STATUSES)
         .exclude(evaluations__kind=Evaluation.Kind.HUMAN)
         .annotate(
             judge_score=_latest_score(Evaluation.Kind.JUDGE),

@@ -27,7 +27,7 @@ def run_list(user: AbstractBaseUser, *, status: str = "", kind: str = "") -> Que
 
 # What a row of the run list shows (templates/feedback/run_list.html#run-row): a page of fifty
 # runs need not read their prompts, answers, plans and submitters.
-RUN_ROW_COLUMNS = ("task__text", "task_kind", "status", "outcome", "step_count", "score", "created_at")
+RUN_ROW_COLUMNS = ("task__text", "task_kind", "status", "outcome", "step_count", "score", "created_at", "purpose")
 
 
 def run_rows(user: AbstractBaseUser) -> QuerySet[Run]:

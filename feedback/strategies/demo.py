@@ -22,6 +22,7 @@ from datetime import datetime
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from feedback import metrics, roles
@@ -38,7 +39,7 @@ from . import demo_report
 from .conditions import matches
 from .hindsight import evidence_hindsight, tally
 from .proposals import mine_and_propose
-from .services import strategy_approve, strategy_promote, strategy_roll_back
+from .services import strategy_approve, strategy_promote, strategy_reject, strategy_roll_back
 from .trials import check_trials, trial_stats
 
 
@@ -217,7 +218,7 @@ def run_demo_loop(*, tasks_per_phase: int = 150, seed: int = 7, auto_approve: bo
 
     reviewer = _demo_reviewer()
     chosen = reviewers_pick(list(Strategy.objects.filter(status=Strategy.Status.PROPOSED).order_by("pk")))
-    chosen = _experiment_stage(chosen[:trial_strategies] if trial_strategies else chosen, report, out)
+    chosen = _experiment_stage(chosen[:trial_strategies] if trial_strategies else chosen, report, out, reviewer)
     for s in chosen:
         strategy_approve(strategy=s, reviewer=reviewer, reason="demo-loop --auto-approve", trial_fraction=0.5)
     out("Phase 2: the proposals on trial, in batches until every trial is decided...")
@@ -248,14 +249,49 @@ def _record_phase(report: dict, phase: "Phase", out: Callable[[str], None]) -> N
     out(f"  {phase.runs} {phase.name} runs; strategies live in them: {demo_report.live_text(live)}")
 
 
-def _experiment_stage(proposals: list[Strategy], report: dict, out: Callable[[str], None]) -> list[Strategy]:
-    """proposed -> experiment -> trial: the seam for issue 23.2's paired experiments (wt-datasets,
-    not on this branch). When they are merged, each proposal runs here against a dataset built
-    from its evidence, and only those whose experiment says so go on to trial. Until then every
-    proposal goes straight to trial, and the report says so."""
-    report["experiment"] = {"available": False, "strategies": [s.pk for s in proposals]}
-    out("Experiment stage: not available in this version; the proposals go straight to trial.")
-    return proposals
+def _experiment_stage(proposals: list[Strategy], report: dict, out: Callable[[str], None], reviewer) -> list[Strategy]:
+    """proposed -> experiment -> trial: each proposal runs, in a paired experiment, on a dataset of
+    its evidence runs (their tasks, expected answers and workspace files), with and without it.
+    The demo reviewer then acts on the verdict as the tests say: "promote" goes on to trial,
+    "reject" (significant harm) is rejected, and an experiment undecided after every item goes
+    on to trial too (the trial's live traffic has more to say), reported as such. A proposal
+    without an evidence run that has an expected answer has no dataset: straight to trial, said."""
+    from feedback.datasets.services import dataset_from_evidence
+    from feedback.experiments.inline import experiment_run_here
+    from feedback.experiments.services import experiment_start
+
+    stage = {"available": True, "strategies": [s.pk for s in proposals], "experiments": []}
+    report["experiment"] = stage
+    to_trial = []
+    for strategy in proposals:
+        try:
+            version = dataset_from_evidence(
+                strategy=strategy, user=reviewer, name=f"demo-evidence-{strategy.pk}-{timezone.now():%Y%m%d%H%M%S}"
+            )
+        except (ValueError, ValidationError) as exc:
+            out(f"  #{strategy.pk}: no dataset ({exc}); straight to trial.")
+            stage["experiments"].append({"strategy": strategy.pk, "experiment": None, "decision": "no_dataset"})
+            to_trial.append(strategy)
+            continue
+        experiment = experiment_start(user=reviewer, dataset_version=version, change_kind="strategy", strategy=strategy)
+        out(f"  #{strategy.pk}: experiment #{experiment.pk} on {version} ({experiment.pairs.count()} pairs)...")
+        experiment = experiment_run_here(experiment.pk)
+        verdict = experiment.verdict
+        row = {
+            "strategy": strategy.pk,
+            "experiment": experiment.pk,
+            "decision": experiment.decision,
+            **{k: verdict.get(k) for k in ("pairs", "wins", "losses", "ties", "difference", "low", "high")},
+        }
+        stage["experiments"].append(row)
+        out(f"  #{strategy.pk}: {demo_report.experiment_text(row)}")
+        if experiment.decision == "reject":
+            strategy_reject(
+                strategy=strategy, reviewer=reviewer, reason=f"demo-loop: its experiment #{experiment.pk} says reject"
+            )
+        else:
+            to_trial.append(strategy)
+    return to_trial
 
 
 def _end_trials(trialled: list[int], rolled: list[int], reviewer) -> list[dict]:

@@ -113,6 +113,16 @@ def decision_text(row: dict) -> str:
     return f"  {end:<16} #{row['strategy']} {row['title']} ({row['recommendation']}; {figures})"
 
 
+def experiment_text(row: dict) -> str:
+    """One experiment of the demo's experiment stage, in words."""
+    if row["experiment"] is None:
+        return "no dataset: straight to trial"
+    interval = "" if row.get("low") is None else f", interval {row['low']:+.3f} to {row['high']:+.3f}"
+    figures = f"{row['pairs']} pairs: {row['wins']} wins, {row['losses']} losses, {row['ties']} ties{interval}"
+    then = {"promote": "on to trial", "reject": "rejected", "undecided": "undecided, on to trial"}[row["decision"]]
+    return f"experiment #{row['experiment']} says {row['decision']} ({figures}); {then}"
+
+
 def format_figures(figures: dict) -> str:
     names = list(figures)
     rows = [f"{'':<26}" + "".join(f"{n:>12}" for n in names)]

@@ -28,6 +28,10 @@ class Injection:
     examples: list[str] = field(default_factory=list)
     guardrails: list[dict] = field(default_factory=list)
     applied: list[tuple[StrategyVersion, str]] = field(default_factory=list)
+    # Another model for this run (an experiment's treatment arm); "" keeps the configured one.
+    model: str = ""
+    # A whole system prompt written by a person (the playground); "" builds it from the above.
+    system_prompt: str = ""
 
     def add(self, version: StrategyVersion, arm: str) -> None:
         self.applied.append((version, arm))
@@ -54,8 +58,12 @@ def select(run: Run, *, exclude: int | None = None) -> Injection:
     Every matching active strategy applies. Of the matching strategies on trial, a run takes
     part in one only (chosen deterministically), so two trials never confound each other's
     measurement; that one applies in the treatment arm and is withheld in the control arm.
+    An experiment's run takes no trial, and its arm's change (feedback/experiments/arms.py); a
+    playground's run, its person's edit (feedback/playground.py).
     """
     injection = Injection()
+    # An experiment's or a playground's run compares with what production gets now: no trial.
+    experiment = run.purpose != Run.Purpose.PRODUCTION
     trials = []
     for strategy in _live_strategies():
         version = strategy.current_version
@@ -63,8 +71,16 @@ def select(run: Run, *, exclude: int | None = None) -> Injection:
             continue
         if strategy.status == Strategy.Status.ACTIVE:
             injection.add(version, AppliedStrategy.Arm.ACTIVE)
-        else:
+        elif not experiment:
             trials.append(strategy)
+    if run.purpose == Run.Purpose.EXPERIMENT:
+        from feedback.experiments.arms import add_change
+
+        add_change(injection, run)
+    elif run.purpose == Run.Purpose.PLAYGROUND:
+        from feedback.playground import add_edit
+
+        add_edit(injection, run)
     if trials:
         strategy = trials[_position(0, run.pk) % len(trials)]
         injection.add(strategy.current_version, trial_arm(strategy.pk, run.pk, strategy.trial_fraction))
@@ -128,6 +144,10 @@ def recorded(run: Run) -> Injection:
     injection = Injection()
     for applied in run.applied_strategies.select_related("strategy_version").order_by("pk"):
         injection.add(applied.strategy_version, applied.arm)
+    if run.purpose == Run.Purpose.EXPERIMENT:
+        from feedback.experiments.arms import add_change
+
+        add_change(injection, run, resumed=True)
     return injection
 
 

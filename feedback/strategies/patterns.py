@@ -131,7 +131,9 @@ def _keep(pattern: Pattern) -> bool:
 
 
 def _window_runs(since: datetime) -> QuerySet[Run]:
-    return Run.objects.all() if since == BEGINNING else Run.objects.filter(created_at__gte=since)
+    # Production runs only: an experiment's or a playground's runs are measured apart, never mined.
+    runs = Run.objects.filter(purpose=Run.Purpose.PRODUCTION)
+    return runs if since == BEGINNING else runs.filter(created_at__gte=since)
 
 
 # Rows of a run's steps read by run (evidence, remedies) are bounded by the window twice: by a semi-join on the
@@ -142,8 +144,10 @@ def _window_runs(since: datetime) -> QuerySet[Run]:
 # dropped the old ones after (1.4 s instead of 0.1 s for 30 days of a 200,000-run history).
 def _window_steps(since: datetime) -> QuerySet[Step]:
     if since == BEGINNING:
-        return Step.objects.all()
-    return Step.objects.filter(run_id__in=_window_runs(since).values("id"), run__created_at__gte=since)
+        return Step.objects.filter(run__purpose=Run.Purpose.PRODUCTION)
+    return Step.objects.filter(
+        run_id__in=_window_runs(since).values("id"), run__created_at__gte=since, run__purpose=Run.Purpose.PRODUCTION
+    )
 
 
 # The grouping scans of mine() (each step or evaluation of the window once, grouped) are bounded
@@ -152,11 +156,13 @@ def _window_steps(since: datetime) -> QuerySet[Step]:
 # where the semi-join above only added a probe of the run index for each row (for a year at a
 # million runs, 2.3 s of the error signatures' 4.1 s).
 def _grouped_steps(since: datetime) -> QuerySet[Step]:
-    return Step.objects.all() if since == BEGINNING else Step.objects.filter(run__created_at__gte=since)
+    steps = Step.objects.filter(run__purpose=Run.Purpose.PRODUCTION)
+    return steps if since == BEGINNING else steps.filter(run__created_at__gte=since)
 
 
 def _grouped_evaluations(since: datetime) -> QuerySet[Evaluation]:
-    return Evaluation.objects.all() if since == BEGINNING else Evaluation.objects.filter(run__created_at__gte=since)
+    evaluations = Evaluation.objects.filter(run__purpose=Run.Purpose.PRODUCTION)
+    return evaluations if since == BEGINNING else evaluations.filter(run__created_at__gte=since)
 
 
 def _failing_steps_contrast() -> dict:

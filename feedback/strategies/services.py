@@ -1,7 +1,12 @@
 """The strategy lifecycle: every state change people (or the system) trigger.
 
-proposed --approve--> trial --promote--> active --roll back--> rolled_back
-    \\--reject--> rejected      \\--roll back (a reviewer, or automatically on significant harm)
+proposed --experiment--> experiment --approve--> trial --promote--> active --roll back--> rolled_back
+    \\--approve (no dataset)-------------/     \\--roll back (a reviewer, or automatically on harm)
+    \\--reject--> rejected  <--reject-- experiment
+
+A paired experiment (feedback/experiments/services.py) starts and ends the experiment stage; its
+verdict is frozen into the approval's audit event. A strategy whose experiment is still running
+is not approved (wait for its verdict, or stop it).
 
 Each function locks the strategy row, checks the transition against Strategy.TRANSITIONS, and
 writes one audit event with the content at that moment and the figures it was decided on (the
@@ -35,6 +40,7 @@ from .watch import watch_stats
 
 _PAST = {
     "approve": "approved",
+    "experiment": "sent to an experiment",
     "reject": "rejected",
     "promote": "promoted",
     "promote_override": "promoted",
@@ -113,15 +119,32 @@ def strategy_approve(
     if trial_fraction is not None:
         if not 0 < trial_fraction < 1:
             raise ValidationError("The trial fraction must be between 0 and 1 (exclusive).")
-        Strategy.objects.filter(pk=strategy.pk, status=Strategy.Status.PROPOSED).update(trial_fraction=trial_fraction)
+        Strategy.objects.filter(
+            pk=strategy.pk, status__in=[Strategy.Status.PROPOSED, Strategy.Status.EXPERIMENT]
+        ).update(trial_fraction=trial_fraction)
         strategies_changed()
-    return _transition(strategy.pk, Strategy.Status.TRIAL, StrategyEvent.Action.APPROVE, reviewer, reason)
+
+    def after_its_experiment(locked: Strategy) -> dict:
+        if locked.status != Strategy.Status.EXPERIMENT:
+            return {}
+        verdict = promotion_verdict(locked)
+        if verdict.figures.get("running"):
+            raise ValidationError(_("Its paired experiment is still running: wait for its verdict, or stop it."))
+        return {"experiment": verdict.figures, "verdict": verdict.as_json()}
+
+    return _transition(
+        strategy.pk, Strategy.Status.TRIAL, StrategyEvent.Action.APPROVE, reviewer, reason, after_its_experiment
+    )
 
 
 def strategy_reject(*, strategy: Strategy, reviewer: AbstractBaseUser, reason: str) -> Strategy:
     _require(reviewer)
     _require_reason(reason)
-    return _transition(strategy.pk, Strategy.Status.REJECTED, StrategyEvent.Action.REJECT, reviewer, reason)
+    rejected = _transition(strategy.pk, Strategy.Status.REJECTED, StrategyEvent.Action.REJECT, reviewer, reason)
+    from feedback.experiments.services import experiments_stop_for  # late: experiments read strategies
+
+    experiments_stop_for(strategy=rejected, by=reviewer)  # a rejected change needs no more pairs
+    return rejected
 
 
 def _require_promoter(reviewer: AbstractBaseUser | None, reason: str) -> None:

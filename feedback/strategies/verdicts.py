@@ -54,11 +54,20 @@ class Verdict:
         return {"source": self.source, "recommendation": self.recommendation, "blockers": list(self.blockers)}
 
 
+# A paired experiment's decision in the trial's words: "reject" is significant harm.
+_EXPERIMENT_RECOMMENDATIONS = {"promote": "promote", "reject": "roll_back", "undecided": "collect_more"}
+
+
 def experiment_verdict(strategy: Strategy) -> Verdict | None:
-    """The seam to the paired experiments of issue 23.2 (wt-datasets, not on this branch): their
-    ``experiment_verdict(strategy)`` goes here, its recommendation mapped to the keys above.
-    Until it is merged no strategy has an experiment, so there is no experiment verdict."""
-    return None
+    """The verdict of the strategy's latest paired experiment (feedback/experiments/): while it
+    runs, "collect more"; once ended, its frozen decision. None when it has had none."""
+    experiment = strategy.experiments.order_by("-created_at", "-pk").first()
+    if experiment is None:
+        return None
+    if experiment.running:
+        return Verdict("experiment", "collect_more", figures={"experiment": experiment.pk, "running": True})
+    figures = {"experiment": experiment.pk, **experiment.verdict}
+    return Verdict("experiment", _EXPERIMENT_RECOMMENDATIONS.get(experiment.decision, "collect_more"), figures=figures)
 
 
 def promotion_verdict(strategy: Strategy, *, stats: TrialStats | None = None) -> Verdict:

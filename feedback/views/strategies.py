@@ -17,7 +17,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from feedback import locks, queue, selectors
 from feedback.agent.guardrails import check_guardrails
 from feedback.forms import MiningScheduleForm, StrategyDecisionForm, StrategyEditForm
-from feedback.models import Strategy, StrategyEvent, StrategyVersion
+from feedback.models import DatasetVersion, Strategy, StrategyEvent, StrategyVersion
 from feedback.strategies import hindsight, schedule, services
 from feedback.strategies.conditions import check_condition
 from feedback.strategies.demo_report import DEMO_REPORT_KEY, figure_rows
@@ -79,7 +79,13 @@ def _detail_context(strategy: Strategy, *, edit_form: StrategyEditForm | None) -
         "diff": selectors.strategy_prompt_diff(strategy),
         "trial": trial,
         # What promoting now would follow, and the last decision's frozen figures beside the live ones.
-        "verdict": promotion_verdict(strategy, stats=trial) if strategy.status == Strategy.Status.TRIAL else None,
+        "verdict": promotion_verdict(strategy, stats=trial)
+        if strategy.status in (Strategy.Status.TRIAL, Strategy.Status.EXPERIMENT)
+        else None,
+        "experiments": strategy.experiments.order_by("-created_at", "-pk"),
+        "dataset_versions": DatasetVersion.objects.select_related("dataset").order_by("dataset__name", "-number")
+        if strategy.status == Strategy.Status.PROPOSED
+        else [],
         "decided": _last_decision(strategy),
         "watch": watch_stats(strategy) if strategy.status == Strategy.Status.ACTIVE else None,
         "decision_form": StrategyDecisionForm(initial={"trial_fraction": strategy.trial_fraction}),

@@ -36,14 +36,15 @@ def openai_client(*, max_retries: int = 0) -> "openai.OpenAI":
     )
 
 
-def get_model() -> ChatModel:
-    """The model a run talks to (one per run: a strategy may set its tool mode)."""
+def get_model(name: str = "") -> ChatModel:
+    """The model a run talks to (one per run: a strategy may set its tool mode); ``name``: another
+    model of the configured endpoint (an experiment's treatment arm), the configured one if empty."""
     if use_endpoint():
         from .adapter import EndpointModel, grammar_safe_schemas
 
         return EndpointModel(
             openai_client(),
-            model=settings.LLM_MODEL,
+            model=name or settings.LLM_MODEL,
             tool_mode=settings.LLM_TOOL_MODE,
             max_tokens=settings.LLM_MAX_TOKENS,
             grammar_safe_schemas=grammar_safe_schemas(),

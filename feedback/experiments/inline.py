@@ -1,0 +1,39 @@
+"""Drive an experiment to its end in this process: what the demo loop does (it runs everything
+itself, with no worker), and what `manage.py experiment_run` offers an operator without one.
+The same steps as the workers': execute each queued run of the experiment, evaluate it, advance.
+A worker that also takes a run finds it claimed (and the other way round): nothing runs twice."""
+
+import time
+from collections.abc import Callable
+
+from feedback.agent.loop import execute_run
+from feedback.evaluation.chain import evaluate_run
+from feedback.models import Experiment, Run
+
+from .services import experiment_advance, experiment_pair_ids
+
+
+def experiment_run_here(
+    experiment_id: int, *, timeout: float = 3600, out: Callable[[str], None] | None = None
+) -> Experiment:
+    """Run the experiment's pairs here until it ends (or ``timeout`` seconds pass; it then goes
+    on in the workers, if any)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        experiment = experiment_advance(experiment_id=experiment_id)
+        if not experiment.running:
+            return experiment
+        runs = Run.objects.filter(experiment_pair_ids(experiment))
+        queued = list(runs.filter(status=Run.Status.QUEUED).order_by("pk").values_list("pk", flat=True))
+        for run_id in queued:
+            execute_run(run_id)
+        # Evaluate what ended (here or in a worker) and has no score yet: idempotent.
+        unscored = list(runs.filter(finished_at__isnull=False, evaluations__isnull=True).values_list("pk", flat=True))
+        for run_id in unscored:
+            evaluate_run(run_id)
+        if out is not None and (queued or unscored):
+            done = experiment.pairs.filter(difference__isnull=False).count()
+            out(f"  experiment #{experiment_id}: {done} of {experiment.pairs.count()} pairs measured")
+        if not queued and not unscored:
+            time.sleep(0.5)  # runs under way elsewhere (a worker): wait for them
+    return Experiment.objects.get(pk=experiment_id)
