@@ -138,10 +138,10 @@ def _kwargs(kind, run):
         version = dataset_import(name="theirs", user=run.task.created_by, fmt="jsonl", content=item)
         return {"dataset_id": version.dataset_id}
     if kind == "experiment":
+        from django.contrib.auth.models import User
+
         from feedback.datasets.imports import dataset_import
         from feedback.experiments.services import experiment_start
-
-        from django.contrib.auth.models import User
 
         # Called twice by one test (the CSRF test posts twice), so the owner is made once.
         owner = User.objects.filter(username="experimenter").first() or make_user("experimenter", "reviewer")
