@@ -25,3 +25,14 @@ class PlaygroundForm(forms.Form):
         help_text=_("Added as a lesson; with a strategy chosen, it replaces that strategy's guidance."),
     )  # fmt: skip
     note = forms.CharField(label=_("Note (what you are trying)"), required=False, max_length=200)
+
+    def _lines(self, name: str) -> str:
+        # A browser sends a textarea's lines ending in CRLF: the prompt left as it was would
+        # otherwise differ from the run's, and count as an edit.
+        return self.cleaned_data[name].replace("\r\n", "\n")
+
+    def clean_system_prompt(self) -> str:
+        return self._lines("system_prompt")
+
+    def clean_guidance(self) -> str:
+        return self._lines("guidance")
