@@ -26,6 +26,15 @@ def test_labels_one_of_and_set_of():
     assert not check(item("labels", ["billing", "urgent"]), "urgent only").passed
 
 
+def test_labels_forbidden_ones_fail_an_answer_that_names_them():
+    urgent = item("labels", ["002-site-down"], forbidden=["001-invoice", "003-question"])
+    assert check(urgent, "Urgent: 002-site-down.txt (the site is down).").passed
+    everything = check(urgent, "Urgent: 001-invoice.txt, 002-site-down.txt and 003-question.txt")
+    assert not everything.passed and "001-invoice, 003-question" in everything.detail
+    assert options_problems("labels", ["a"], {"forbidden": "b"})
+    assert options_problems("labels", ["a"], {"forbidden": [""]})
+
+
 def test_contains_and_regex():
     assert check(item("contains", ["alpha", "beta"]), "Alpha and BETA").passed
     assert not check(item("contains", ["alpha", "gamma"]), "alpha").passed

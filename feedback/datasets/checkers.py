@@ -59,6 +59,11 @@ def _labels(expected: Any, answer: str, options: dict) -> CheckResult:
         passed = bool(found)
     else:
         passed = len(found) == len(wanted)
+    # "forbidden": labels that must not appear, so naming every candidate is not a pass (a triage
+    # that flags every email as urgent names the urgent ones too).
+    named = [label for label in options.get("forbidden", []) if fold(label) in words]
+    if named:
+        return CheckResult(False, _("Should not name: %(named)s.") % {"named": ", ".join(named)})
     return CheckResult(passed, _("Labels found: %(found)s.") % {"found": ", ".join(found) or "-"})
 
 
@@ -121,6 +126,11 @@ def options_problems(checker: str, expected: Any, options: Any) -> list[str]:
         items = [expected] if isinstance(expected, str) else expected
         if not isinstance(items, list) or not items or not all(isinstance(i, str) and i for i in items):
             return [_("Expected must be a text or a list of texts.")]
+        forbidden = options.get("forbidden", [])
+        if checker == "labels" and (
+            not isinstance(forbidden, list) or not all(isinstance(i, str) and i for i in forbidden)
+        ):
+            return [_("Forbidden labels must be a list of texts.")]
     elif checker == "regex":
         if not isinstance(expected, str):
             return [_("Expected must be a regular expression.")]

@@ -2,14 +2,16 @@ import logging
 
 from django.core.management.base import BaseCommand
 
+from feedback.datasets.workloads import seed_workloads
 from feedback.demo import seed_users, seed_workspace
 from feedback.demo_history import seed_history
 
 
 class Command(BaseCommand):
     help = (
-        "Create the demo workspace, one demo user per role (staff, operator, reviewer) and, in a "
-        "database without runs, a short real history of the offline model (runs, a proposal, a trial)."
+        "Create the demo workspace, one demo user per role (staff, operator, reviewer), the three workload "
+        "datasets and, in a database without runs, a short real history of the offline model (runs, a "
+        "proposal, a trial)."
     )
 
     def add_arguments(self, parser) -> None:
@@ -19,6 +21,8 @@ class Command(BaseCommand):
         workspace = seed_workspace()
         users = seed_users()
         self.stdout.write(f"Demo workspace '{workspace.name}' at {workspace.path}")
+        for version in seed_workloads():
+            self.stdout.write(f"Dataset '{version.dataset.name}': {version.items.count()} items")
         if not no_history:
             logging.disable(logging.INFO)  # one line per step of 60 runs would bury the logins
             try:
