@@ -10,6 +10,6 @@ def build_system_prompt(guidance: list[str] | None = None, examples: list[str] |
     parts = [BASE_SYSTEM_PROMPT]
     if guidance:
         parts.append("Lessons from earlier runs (follow them):\n" + "\n".join(f"- {g}" for g in guidance))
-    for example in examples or []:
-        parts.append("Example of a successful run of a similar task:\n" + example)
+    if examples:
+        parts.append("Worked examples: successful runs of similar tasks (do as they did):\n\n" + "\n\n".join(examples))
     return "\n\n".join(parts)

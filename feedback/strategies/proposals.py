@@ -24,7 +24,7 @@ from feedback.models import Run, Strategy, StrategyEvent, StrategyVersion
 from feedback.storable import unstorable
 
 from .conditions import check_condition
-from .examples import worked_example
+from .examples import evidence_model, worked_example
 from .generalise import Secrets, generalise, leaks, redact, secrets
 from .identity import one_per_pattern
 from .mining import mine
@@ -308,7 +308,9 @@ def _create(pattern: Pattern) -> Strategy | None:
             strategy=strategy, number=1, title=title[:200], pattern=pattern_text, old_behaviour=old,
             new_guidance=guidance,
             condition=condition, guardrails=guardrails,
-            worked_example=worked_example(pattern.task_kind, pattern.details.get("tool", "")),
+            worked_example=worked_example(
+                pattern.task_kind, pattern.details.get("tool", ""), model_name=evidence_model(pattern.evidence)
+            ),
         )  # fmt: skip
         strategy.current_version = version
         strategy.save(update_fields=["current_version"])
