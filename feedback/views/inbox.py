@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from feedback import services
@@ -21,6 +22,12 @@ from feedback.strategies import services as strategy_services
 from .confirmations import decided_message, with_arguments_shown
 
 Kind = InboxClaim.Kind
+# The counts' labels: what is counted, in the plural.
+COUNT_LABELS = {
+    Kind.CONFIRMATION: gettext_lazy("Confirmations"),
+    Kind.PROPOSAL: gettext_lazy("Proposals"),
+    Kind.RUN: gettext_lazy("Runs to score"),
+}
 DECISION_FORMS: dict[str, type[Form]] = {
     Kind.CONFIRMATION: ConfirmationForm,
     Kind.PROPOSAL: ProposalDecisionForm,
@@ -75,7 +82,7 @@ def _page(request: HttpRequest, *, current_key: str, form: Form | None = None, s
     context = {
         "box": box,
         "counts": [
-            {"kind": kind, "label": Kind(kind).label, "count": box.counts[kind], "href": _kind_url(filters, kind)}
+            {"kind": kind, "label": COUNT_LABELS[kind], "count": box.counts[kind], "href": _kind_url(filters, kind)}
             for kind in box.kinds
         ],
         "filter_form": InboxFilterForm(request.GET),

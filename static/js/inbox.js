@@ -74,6 +74,9 @@
     event.preventDefault();
   });
 
+  // Said on the page, so a test (or a curious person) knows the keys are listened to.
+  document.documentElement.dataset.inboxKeys = "ready";
+
   document.addEventListener("click", function (event) {
     var dialog = help();
     if (dialog && event.target.closest("[data-inbox-help-open]")) dialog.showModal();
