@@ -388,6 +388,9 @@ def inbox_claim(*, item: "ItemRef", user: AbstractBaseUser, take_over: bool = Fa
     ``take_over``, which is said in the page (who held it) rather than done silently."""
     _inbox_require(item=item, user=user)
     now = timezone.now()
+    # Lapsed claims hold nothing: cleared here, so claims on items decided elsewhere (their own
+    # pages know nothing of claims) do not pile up.
+    InboxClaim.objects.filter(claimed_at__lte=now - CLAIM_TTL).exclude(kind=item.kind, object_id=item.pk).delete()
     claim, created = InboxClaim.objects.get_or_create(
         kind=item.kind, object_id=item.pk, defaults={"claimed_by": user, "claimed_at": now}
     )

@@ -208,3 +208,16 @@ def test_what_people_typed_is_escaped(client, reviewer):
 def test_an_unknown_kind_is_not_found(client, reviewer):
     client.force_login(reviewer)
     assert client.post(reverse("feedback-inbox-claim", args=["dataset", 1])).status_code == 404
+
+
+def test_a_filter_value_no_longer_offered_drops_alone(client, reviewer, work):
+    client.force_login(reviewer)
+    box = client.get(reverse("feedback-inbox"), {"kind": "run", "strategy": 999999}).context["box"]
+    assert keys(box) == [f"run-{work['unsure'].pk}", f"run-{work['low'].pk}"]
+
+
+def test_lapsed_claims_are_cleared_when_someone_claims(reviewer, work):
+    services.inbox_claim(item=ItemRef("run", work["low"].pk), user=reviewer)
+    InboxClaim.objects.update(claimed_at=timezone.now() - CLAIM_TTL - timedelta(seconds=1))
+    services.inbox_claim(item=ItemRef("run", work["unsure"].pk), user=reviewer)
+    assert list(InboxClaim.objects.values_list("object_id", flat=True)) == [work["unsure"].pk]

@@ -18,6 +18,8 @@ class InboxFilterForm(forms.Form):
     strategy = forms.TypedChoiceField(label=_("Strategy"), required=False, coerce=int, empty_value=None)
 
     def __init__(self, *args, **kwargs) -> None:
+        # Its own ids: the item's decision form on the same page has a "reason" too.
+        kwargs.setdefault("auto_id", "inbox-filter-%s")
         super().__init__(*args, **kwargs)
         # Built per request: strategies come and go (a title is the strategy's own, escaped on output).
         self.fields["strategy"].choices = [("", _("All strategies"))] + [
@@ -25,11 +27,11 @@ class InboxFilterForm(forms.Form):
         ]
 
     def filters(self) -> dict:
-        """The valid filters (an invalid value is dropped, not an error: it is a link's query)."""
-        if self.is_valid():
-            data = self.cleaned_data
-            return {"kind": data["kind"], "reason": data["reason"], "strategy_id": data["strategy"]}
-        return {"kind": "", "reason": "", "strategy_id": None}
+        """The valid filters (an invalid value is dropped, not an error: it is a link's query; the
+        other filters still apply)."""
+        self.is_valid()
+        data = self.cleaned_data
+        return {"kind": data.get("kind", ""), "reason": data.get("reason", ""), "strategy_id": data.get("strategy")}
 
 
 class ProposalDecisionForm(StrategyDecisionForm):
