@@ -67,8 +67,10 @@ def test_the_filters_narrow_the_list_and_the_counts(client, reviewer, work):
     assert box.counts == {"confirmation": 0, "proposal": 0, "run": 1}
     box = client.get(reverse("feedback-inbox"), {"strategy": work["proposal"].pk}).context["box"]
     assert keys(box) == [f"proposal-{work['proposal'].pk}", f"run-{work['low'].pk}"]
-    box = client.get(reverse("feedback-inbox"), {"kind": "run"}).context["box"]
+    response = client.get(reverse("feedback-inbox"), {"kind": "run"})
+    box = response.context["box"]
     assert keys(box) == [f"run-{work['unsure'].pk}", f"run-{work['low'].pk}"]
+    assert "judge 0.95 · rule 0.20" in response.content.decode()  # why they disagree
     assert box.counts["proposal"] == 1  # the other kinds are still counted, for their links
     # A value no filter knows is ignored, not an error (it is a link's query).
     assert client.get(reverse("feedback-inbox"), {"kind": "nonsense"}).status_code == 200
