@@ -13,7 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -21,7 +21,8 @@ from feedback import lifecycle, queue, quota
 from feedback.agent.sandbox import SandboxError, resolve
 from feedback.agent.tools.mcp import ListedTool, list_and_store, listed_tools
 from feedback.cron import check_schedule
-from feedback.models import Evaluation, McpServer, Run, Task, ToolConfirmation, Workspace
+from feedback.models import Evaluation, InboxClaim, McpServer, Run, Task, ToolConfirmation, Workspace
+from feedback.models.inbox import CLAIM_TTL
 from feedback.privacy import mask_text
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from django_celery_beat.models import PeriodicTask
 
     from feedback.models import AlertRule
+    from feedback.selectors.inbox import ItemRef
 
 logger = logging.getLogger(__name__)
 
@@ -365,3 +367,52 @@ def mcp_server_test_connection(*, server: McpServer) -> list[ListedTool]:
     reached on the MCP client's own thread, and a server that hangs costs the page that long."""
     list_and_store(server, timeout=MCP_TEST_TIMEOUT_SECONDS)
     return listed_tools(server)
+
+
+# --- the reviewer inbox ---------------------------------------------------------------------
+class AlreadyClaimed(Exception):
+    """Another reviewer's claim still holds: nothing changed (take it over to override it)."""
+
+
+def _inbox_require(*, item: "ItemRef", user: AbstractBaseUser) -> None:
+    from feedback.selectors.inbox import KIND_PERMISSIONS
+
+    if not user.has_perm(KIND_PERMISSIONS[item.kind]):
+        raise PermissionDenied
+
+
+@transaction.atomic
+def inbox_claim(*, item: "ItemRef", user: AbstractBaseUser, take_over: bool = False) -> InboxClaim:
+    """``user`` claims the item: others see it as theirs until they unclaim it, decide it, or the
+    claim lapses (CLAIM_TTL). A live claim of someone else raises AlreadyClaimed unless
+    ``take_over``, which is said in the page (who held it) rather than done silently."""
+    _inbox_require(item=item, user=user)
+    now = timezone.now()
+    # Lapsed claims hold nothing: cleared here, so claims on items decided elsewhere (their own
+    # pages know nothing of claims) do not pile up.
+    InboxClaim.objects.filter(claimed_at__lte=now - CLAIM_TTL).exclude(kind=item.kind, object_id=item.pk).delete()
+    claim, created = InboxClaim.objects.get_or_create(
+        kind=item.kind, object_id=item.pk, defaults={"claimed_by": user, "claimed_at": now}
+    )
+    if created:
+        return claim
+    # A conditional UPDATE, so two reviewers claiming at once never both think they hold it.
+    mine_or_free = InboxClaim.objects.filter(pk=claim.pk)
+    if not take_over:
+        mine_or_free = mine_or_free.filter(Q(claimed_by=user) | Q(claimed_at__lte=now - CLAIM_TTL))
+    if mine_or_free.update(claimed_by=user, claimed_at=now) != 1:
+        raise AlreadyClaimed(_("%(user)s claimed this item first.") % {"user": claim.claimed_by.get_username()})
+    claim.refresh_from_db()
+    return claim
+
+
+def inbox_unclaim(*, item: "ItemRef", user: AbstractBaseUser) -> bool:
+    """Give the item back; only one's own claim (whether a claim was given back)."""
+    _inbox_require(item=item, user=user)
+    deleted, _rows = InboxClaim.objects.filter(kind=item.kind, object_id=item.pk, claimed_by=user).delete()
+    return bool(deleted)
+
+
+def inbox_release(*, item: "ItemRef") -> None:
+    """The item was decided: whoever held it, there is nothing left to claim."""
+    InboxClaim.objects.filter(kind=item.kind, object_id=item.pk).delete()

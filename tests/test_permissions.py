@@ -49,6 +49,11 @@ ACCESS = [
     ("feedback-run-score", "post", "run", [LOGIN, 403, 403, 403, 302]),
     ("feedback-run-reevaluate", "post", "run", [LOGIN, 403, 403, 403, 302]),
     ("feedback-review-queue", "get", None, [LOGIN, 403, 403, 403, 200]),
+    # The reviewer inbox: for those who decide something (operators only read confirmations); an
+    # item no longer waiting (this run is queued) sends the reviewer on with a message.
+    ("feedback-inbox", "get", None, [LOGIN, 403, 403, 403, 200]),
+    ("feedback-inbox-claim", "post", "inbox_run", [LOGIN, 403, 403, 403, 302]),
+    ("feedback-inbox-decide", "post", "inbox_run", [LOGIN, 403, 403, 403, 302]),
     ("feedback-metrics", "get", None, [LOGIN, 403, 403, 200, 200]),
     ("feedback-schedule-list", "get", None, [LOGIN, 403, 200, 200, 200]),
     ("feedback-dataset-list", "get", None, [LOGIN, 403, 403, 200, 200]),
@@ -110,6 +115,8 @@ def others_run(db):
 def _kwargs(kind, run):
     if kind == "run":
         return {"run_id": run.pk}
+    if kind == "inbox_run":
+        return {"kind": "run", "pk": run.pk}
     if kind == "strategy":
         from .test_strategy_lifecycle import make_strategy
 

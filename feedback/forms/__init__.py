@@ -3,6 +3,7 @@
 from .accounts import ApiTokenForm, LoginForm
 from .experiments import ExperimentForm
 from .filters import AlertFilterForm, MetricsFilterForm, RunCompareForm, RunFilterForm
+from .inbox import InboxFilterForm, ProposalDecisionForm
 from .playground import PlaygroundForm
 from .review import ConfirmationForm, HumanScoreForm, MiningScheduleForm, StrategyDecisionForm, StrategyEditForm
 from .tasks import (
@@ -30,11 +31,13 @@ __all__ = [
     "ConfirmationForm",
     "ExperimentForm",
     "HumanScoreForm",
+    "InboxFilterForm",
     "LoginForm",
     "MetricsFilterForm",
     "MiningScheduleForm",
     "MultipleFileField",
     "PlaygroundForm",
+    "ProposalDecisionForm",
     "RunCompareForm",
     "RunFilterForm",
     "StrategyDecisionForm",

@@ -5,6 +5,7 @@ from .dataset import Dataset, DatasetItem, DatasetVersion
 from .evaluation import Evaluation, EvaluationProfile
 from .experiment import Experiment, ExperimentPair
 from .idempotency import IdempotencyKey
+from .inbox import InboxClaim
 from .lock import JobLock
 from .mcp import McpServer, McpToolOverride
 from .playground import PlaygroundRun
@@ -34,6 +35,7 @@ __all__ = [
     "Experiment",
     "ExperimentPair",
     "IdempotencyKey",
+    "InboxClaim",
     "JobLock",
     "LoginFailures",
     "McpServer",

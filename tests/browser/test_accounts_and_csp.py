@@ -73,7 +73,7 @@ def test_the_main_pages_run_under_the_policy_without_a_violation(watched, live_s
     # the metrics' charts, the strategies, the review queue.
     run = _live_run()
     log_in(page, live_server, "reviewer", demo["reviewer"])
-    for path in ("/runs/", "/metrics/", "/strategies/", "/review/", "/confirmations/", "/schedules/"):
+    for path in ("/runs/", "/metrics/", "/strategies/", "/review/", "/inbox/", "/confirmations/", "/schedules/"):
         visit(path)
     page.goto(f"{live_server.url}/metrics/")
     expect(page.locator("html")).to_have_attribute("data-charts-ready", "true")
@@ -95,7 +95,7 @@ def test_the_main_pages_run_under_the_policy_without_a_violation(watched, live_s
     visit("/admin/feedback/loginfailures/")
     visit("/admin/feedback/run/")
 
-    assert len(seen) == 14
+    assert len(seen) == 15
     assert all(found == [] for found in seen.values()), {path: found for path, found in seen.items() if found}
 
 

@@ -61,6 +61,8 @@ def test_every_main_page_fits_a_390_pixel_phone(page, live_server, demo, screens
             reverse("feedback-run-detail", args=[run.pk]),
             reverse("feedback-run-detail", args=[waiting.pk]),
             reverse("feedback-review-queue"),
+            reverse("feedback-inbox"),
+            reverse("feedback-inbox") + f"?item=proposal-{strategy.pk}",
             reverse("feedback-strategy-list"),
             reverse("feedback-strategy-detail", args=[strategy.pk]),
             reverse("feedback-confirmation-list"),
