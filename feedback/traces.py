@@ -84,11 +84,17 @@ class TracePage:
 
 
 def trace_page(
-    run: Run, *, after: int = -1, limit: int = TRACE_PAGE_SIZE, matching: TraceFilter | None = None
+    run: Run,
+    *,
+    after: int = -1,
+    limit: int = TRACE_PAGE_SIZE,
+    matching: TraceFilter | None = None,
+    origin: datetime | None = None,
 ) -> TracePage:
     """One page of a run's steps (those ``matching`` keeps, when given), keyset by step index (an
-    OFFSET would rescan thousands of rows per page). Each step carries its attempts and the
-    sub-agent runs it started, in three queries however many steps there are."""
+    OFFSET would rescan thousands of rows per page), placed on the waterfall from ``origin`` (the
+    run's own start by default; a sub-agent run's, its top-level run's). Each step carries its
+    attempts and the sub-agent runs it started, in three queries however many steps there are."""
     rows = list(
         _matching(run.steps.filter(index__gt=after), matching)
         .order_by("index")
@@ -99,29 +105,38 @@ def trace_page(
     )
     has_more = len(rows) > limit
     rows = rows[:limit]
-    _place_on_waterfall(run, rows)
+    _place_on_waterfall(origin or run.started_at or run.created_at, rows)
     return TracePage(steps=rows, last_index=rows[-1].index if rows else after, has_more=has_more)
 
 
-def _place_on_waterfall(run: Run, steps: list[Step]) -> None:
+def _place_on_waterfall(start: datetime, steps: list[Step]) -> None:
     """Give each step ``bar_at`` (when it started) and ``bar_ms`` (how long it took), in whole
-    milliseconds from the run's start. They never change once the step is written, so neither
+    milliseconds from ``start``. They never change once the step is written, so neither
     does the step's HTML; the CSS lays the bars out against the trace's ``--span``
     (``trace_span_ms``), the one value that moves while the run goes on."""
-    start = run.started_at or run.created_at
     for step in steps:
         step.bar_at = max(0, int((step.started_at - start).total_seconds() * 1000)) if step.started_at else 0
         step.bar_ms = max(0, step.duration_ms or 0)
 
 
-def run_depth(run: Run, *, limit: int = 20) -> int:
-    """How deep a sub-agent run is in its tree: 0 for a top-level run, 1 for its child... One
-    query per level (a tree is a few levels deep), bounded against a cycle a bad row could make."""
-    depth, parent_id = 0, run.parent_id
-    while parent_id is not None and depth < limit:
+@dataclass
+class TreePlace:
+    """Where a run sits in its tree of sub-agent runs: how deep (0 for a top-level run, 1 for its
+    child...) and its top-level run, whose time axis the whole tree's steps are drawn on."""
+
+    depth: int
+    root: Run
+
+
+def run_tree_place(run: Run, *, limit: int = 20) -> TreePlace:
+    """One query per level (a tree is a few levels deep), bounded against a cycle a bad row
+    could make."""
+    depth, root = 0, run
+    while root.parent_id is not None and depth < limit:
+        parent = Run.objects.filter(pk=root.parent_id).only("parent_id", "created_at", "started_at", "finished_at")
+        root = parent.first() or root
         depth += 1
-        parent_id = Run.objects.filter(pk=parent_id).values_list("parent_id", flat=True).first()
-    return depth
+    return TreePlace(depth=depth, root=root)
 
 
 def trace_span_ms(*, started_at: datetime | None, created_at: datetime, finished_at: datetime | None) -> int:

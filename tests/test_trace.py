@@ -156,6 +156,26 @@ def test_a_sub_agent_run_shows_its_depth_in_the_tree(client, operator):
     assert 'data-depth="2"' in text and "level 2" in text
 
 
+def test_a_sub_agent_runs_steps_lie_on_its_top_level_runs_time_axis(client, operator):
+    start = timezone.now() - timedelta(minutes=1)
+    root = make_run(status=Run.Status.SUCCEEDED, started_at=start, finished_at=start + timedelta(seconds=20))
+    middle = make_run(status=Run.Status.SUCCEEDED, parent=root, started_at=start + timedelta(seconds=2))
+    leaf = make_run(status=Run.Status.SUCCEEDED, parent=middle, started_at=start + timedelta(seconds=4),
+                    finished_at=start + timedelta(seconds=6))  # fmt: skip
+    Step.objects.create(run=leaf, index=0, kind=Step.Kind.THOUGHT, started_at=start + timedelta(seconds=5),
+                        duration_ms=300)  # fmt: skip
+    client.force_login(operator)
+    text = client.get(reverse("feedback-run-child", args=[leaf.pk]), headers=HTMX).content.decode()
+    # Five seconds after the top-level run's start, on its 20-second scale, not the leaf's own.
+    assert '<span class="bar model" data-at="5000" data-ms="300">' in text
+    assert f'id="trace-scale-{leaf.pk}" data-trace="trace-{leaf.pk}" data-span="20000"' in text
+    assert "+5.0 s · " in text and "<span>20.0 s</span>" in text
+    # While the top-level run goes on, the scale grows from its start, as its own trace's does.
+    Run.objects.filter(pk=root.pk).update(status=Run.Status.RUNNING, finished_at=None)
+    text = client.get(reverse("feedback-run-child", args=[leaf.pk]), headers=HTMX).content.decode()
+    assert f'data-span-from="{round(start.timestamp() * 1000)}"' in text
+
+
 def test_payloads_start_folded_with_their_size(client, operator):
     run = make_run(status=Run.Status.SUCCEEDED)
     Step.objects.create(run=run, index=0, kind=Step.Kind.THOUGHT, thought="I will read <notes>.")

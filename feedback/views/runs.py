@@ -200,13 +200,28 @@ def run_child(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def _child(request: HttpRequest, run: Run) -> HttpResponse:
+    # The whole tree on one time axis, its top-level run's: a child's steps lie where they ran
+    # within the parent's, as Langfuse and Phoenix draw nested spans.
+    place = traces.run_tree_place(run)
+    root = place.root
+    origin = root.started_at or root.created_at
     context = {
-        **_summary_context(request, run, trace=traces.trace_page(run), nested=True),
+        **_summary_context(request, run, trace=traces.trace_page(run, origin=origin), nested=True),
         "problems": traces.trace_problems(run),
         # Shown on the nested run, so a reader knows how far down the tree they are.
-        "depth": traces.run_depth(run),
+        "depth": place.depth,
+        **_axis(root),
     }
     return render(request, TEMPLATE + "#run-child", context)
+
+
+def _axis(root: Run) -> dict:
+    """A nested trace's scale: its top-level run's span, fixed once that has ended, else growing
+    from its start with the clock (live.js), as the top-level trace's own."""
+    if root.finished_at is None:
+        return {"span": None, "span_from": _ms(root.started_at or root.created_at)}
+    span = traces.trace_span_ms(created_at=root.created_at, started_at=root.started_at, finished_at=root.finished_at)
+    return {"span": span}
 
 
 def _news(request: HttpRequest, run: Run) -> dict:

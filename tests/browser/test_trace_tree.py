@@ -83,6 +83,8 @@ def _fold_and_unfold(page, live_server, demo, parent: Run, child: Run) -> None:
     expect(nested.locator("li.step")).to_have_count(2)
     expect(toggle).to_have_attribute("aria-expanded", "true")
     expect(nested.locator(".badge.depth")).to_have_text("level 1")
+    # On the parent's time axis: the child's first call ran 2 s into the parent run.
+    expect(nested.locator(f"#run-{child.pk}-step-0 .step-time")).to_have_text("+2.0 s · 5 ms")
     page.locator(f"#child-run-{child.pk}").scroll_into_view_if_needed()
     os.makedirs(SCREENSHOTS, exist_ok=True)
     page.screenshot(path=os.path.join(SCREENSHOTS, "run-trace-tree.png"))
