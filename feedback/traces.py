@@ -49,9 +49,12 @@ class TraceFilter:
 
 def trace_filter(params: Mapping[str, str]) -> TraceFilter:
     """The filter a request's GET parameters ask for; anything else in them is ignored."""
+    # A NUL (``%00`` in a URL) is no text PostgreSQL can compare with: dropped, as are the
+    # spaces around and between the words.
+    query = str(params.get("q", "")).replace("\x00", "")
     return TraceFilter(
         wrong_only=params.get("problems", "") in ("1", "on", "true"),
-        query=" ".join(str(params.get("q", "")).split())[:SEARCH_CHARS],
+        query=" ".join(query.split())[:SEARCH_CHARS],
     )
 
 

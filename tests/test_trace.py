@@ -319,3 +319,12 @@ def test_applied_strategies_and_the_system_prompt_are_shown(client, operator):
     html = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
     assert "Look in docs/ too" in html and "Trial treatment (applied)" in html
     assert "You are &lt;careful&gt;." in html and "120 in / 30 out" in html
+
+
+def test_a_search_with_a_nul_or_only_spaces_is_no_filter_and_no_error(client, operator):
+    run = _filter_run()
+    client.force_login(operator)
+    url = reverse("feedback-run-detail", args=[run.pk])
+    assert _shown(client.get(url, {"q": "   "}).content.decode(), run) == [0, 1, 2, 3, 4, 5]
+    response = client.get(f"{url}?q=weath%00er")  # a NUL PostgreSQL refuses in a comparison
+    assert response.status_code == 200 and _shown(response.content.decode(), run) == [0, 1]
