@@ -91,6 +91,8 @@ def test_the_waterfall_places_steps_by_their_start_and_duration(client, operator
                     ("3", "model", "0", "0")]  # fmt: skip
     # Each step's start and duration in words beside it, and the axis's end.
     assert '+5.0 s · <span class="step-duration">2.5 s</span>' in html and "+0 ms" in html
+    no_times = re.search(rf'id="run-{run.pk}-step-3".*?class="muted step-time" title="[^"]*">(.*?)</span>', html, re.S)
+    assert no_times.group(1) == ""  # a step without times says none
     assert '<div class="trace-axis" aria-hidden="true"><span>0 s</span><span>10.0 s</span></div>' in html
 
 
