@@ -2,10 +2,12 @@
 steps that went wrong, and the run and its steps as the JSON download gives them."""
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import urlencode
 
-from django.db.models import Prefetch, Q
+from django.db.models import Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from feedback.models import Run, Step, ToolConfirmation
@@ -13,6 +15,67 @@ from feedback.selectors import run_applied_strategies
 
 # The first response of a run page renders this many steps; further pages load on scroll.
 TRACE_PAGE_SIZE = 100
+# Search within a trace: at most this many words (each must match), each at most this long.
+SEARCH_WORDS = 6
+SEARCH_CHARS = 200
+# What "went wrong" means on the trace: a failed call (an error, a guardrail's or a person's
+# refusal), a failed validation, a model error. The problems list and the filter use the same.
+WENT_WRONG = Q(success=False) | Q(validation_status=Step.Validation.FAIL) | Q(kind=Step.Kind.MODEL_ERROR)
+
+
+@dataclass(frozen=True)
+class TraceFilter:
+    """What the reader narrowed the trace to: only the steps that went wrong, and/or the steps
+    whose text (tool, thought, arguments, result, error) holds every word of ``query``. It lives
+    in the URL (``?problems=1&q=...``), so a filtered trace can be shared and paged."""
+
+    wrong_only: bool = False
+    query: str = ""
+
+    def __bool__(self) -> bool:
+        return self.wrong_only or bool(self.query)
+
+    @property
+    def words(self) -> list[str]:
+        return self.query.split()[:SEARCH_WORDS]
+
+    def as_query(self) -> str:
+        """The filter as URL parameters (empty when there is none), for the loader's links."""
+        params = {"problems": "1"} if self.wrong_only else {}
+        if self.query:
+            params["q"] = self.query
+        return urlencode(params)
+
+
+def trace_filter(params: Mapping[str, str]) -> TraceFilter:
+    """The filter a request's GET parameters ask for; anything else in them is ignored."""
+    # A NUL (``%00`` in a URL) is no text PostgreSQL can compare with: dropped, as are the
+    # spaces around and between the words.
+    query = str(params.get("q", "")).replace("\x00", "")
+    return TraceFilter(
+        wrong_only=params.get("problems", "") in ("1", "on", "true"),
+        query=" ".join(query.split())[:SEARCH_CHARS],
+    )
+
+
+def _matching(steps: QuerySet[Step], matching: TraceFilter | None) -> QuerySet[Step]:
+    """The steps the filter keeps. One WHERE on the run's steps, read in index order from the
+    (run, index) index and stopped at a page's worth: paging a filtered trace stays keyset."""
+    if not matching:
+        return steps
+    if matching.wrong_only:
+        steps = steps.filter(WENT_WRONG)
+    for word in matching.words:
+        # JSONField's icontains reads the JSON as text (on PostgreSQL and SQLite alike).
+        steps = steps.filter(
+            Q(tool_name__icontains=word)
+            | Q(thought__icontains=word)
+            | Q(error__icontains=word)
+            | Q(error_class__icontains=word)
+            | Q(arguments__icontains=word)
+            | Q(result__icontains=word)
+        )
+    return steps
 
 
 @dataclass
@@ -23,12 +86,20 @@ class TracePage:
     has_more: bool
 
 
-def trace_page(run: Run, *, after: int = -1, limit: int = TRACE_PAGE_SIZE) -> TracePage:
-    """One page of a run's steps, keyset by step index (an OFFSET would rescan thousands of
-    rows per page). Each step carries its attempts and the sub-agent runs it started, in three
-    queries however many steps there are."""
+def trace_page(
+    run: Run,
+    *,
+    after: int = -1,
+    limit: int = TRACE_PAGE_SIZE,
+    matching: TraceFilter | None = None,
+    origin: datetime | None = None,
+) -> TracePage:
+    """One page of a run's steps (those ``matching`` keeps, when given), keyset by step index (an
+    OFFSET would rescan thousands of rows per page), placed on the waterfall from ``origin`` (the
+    run's own start by default; a sub-agent run's, its top-level run's). Each step carries its
+    attempts and the sub-agent runs it started, in three queries however many steps there are."""
     rows = list(
-        run.steps.filter(index__gt=after)
+        _matching(run.steps.filter(index__gt=after), matching)
         .order_by("index")
         .prefetch_related(
             "attempt_rows",
@@ -37,19 +108,38 @@ def trace_page(run: Run, *, after: int = -1, limit: int = TRACE_PAGE_SIZE) -> Tr
     )
     has_more = len(rows) > limit
     rows = rows[:limit]
-    _place_on_waterfall(run, rows)
+    _place_on_waterfall(origin or run.started_at or run.created_at, rows)
     return TracePage(steps=rows, last_index=rows[-1].index if rows else after, has_more=has_more)
 
 
-def _place_on_waterfall(run: Run, steps: list[Step]) -> None:
+def _place_on_waterfall(start: datetime, steps: list[Step]) -> None:
     """Give each step ``bar_at`` (when it started) and ``bar_ms`` (how long it took), in whole
-    milliseconds from the run's start. They never change once the step is written, so neither
+    milliseconds from ``start``. They never change once the step is written, so neither
     does the step's HTML; the CSS lays the bars out against the trace's ``--span``
     (``trace_span_ms``), the one value that moves while the run goes on."""
-    start = run.started_at or run.created_at
     for step in steps:
         step.bar_at = max(0, int((step.started_at - start).total_seconds() * 1000)) if step.started_at else 0
         step.bar_ms = max(0, step.duration_ms or 0)
+
+
+@dataclass
+class TreePlace:
+    """Where a run sits in its tree of sub-agent runs: how deep (0 for a top-level run, 1 for its
+    child...) and its top-level run, whose time axis the whole tree's steps are drawn on."""
+
+    depth: int
+    root: Run
+
+
+def run_tree_place(run: Run, *, limit: int = 20) -> TreePlace:
+    """One query per level (a tree is a few levels deep), bounded against a cycle a bad row
+    could make."""
+    depth, root = 0, run
+    while root.parent_id is not None and depth < limit:
+        parent = Run.objects.filter(pk=root.parent_id).only("parent_id", "created_at", "started_at", "finished_at")
+        root = parent.first() or root
+        depth += 1
+    return TreePlace(depth=depth, root=root)
 
 
 def trace_span_ms(*, started_at: datetime | None, created_at: datetime, finished_at: datetime | None) -> int:
@@ -86,7 +176,7 @@ def working_and_waited_seconds(*, started_at: datetime, end: datetime, waits: li
 def trace_problems(run: Run, *, limit: int = 20) -> list[Step]:
     """The steps that went wrong (failed calls, failed validation, model errors), for the
     "jump to" list at the top of the trace: found by query, not by loading every step."""
-    failed = Q(success=False) | Q(validation_status=Step.Validation.FAIL) | Q(kind=Step.Kind.MODEL_ERROR)
+    failed = WENT_WRONG
     # "run" too: the related manager sets each step's run from its run_id, which deferred would
     # cost a query per step.
     steps = run.steps.filter(failed).order_by("index")

@@ -99,7 +99,8 @@ def _view_cases():
         ("post", "feedback-dataset-import", "reviewer", ["name", "format", "content"]),
         ("get", "feedback-run-list", "operator", [*feedback_forms.RunFilterForm.base_fields, "after"]),
         ("get", "feedback-metrics", "operator", list(feedback_forms.MetricsFilterForm.base_fields)),
-        ("get", "feedback-run-steps", "operator", ["after", "seen"]),
+        ("get", "feedback-run-steps", "operator", ["after", "seen", "problems", "q"]),
+        ("get", "feedback-run-detail", "operator", ["problems", "q"]),
         ("get", "feedback-run-summary", "operator", ["seen"]),
         ("get", "feedback-alert-list", "operator", [*feedback_forms.AlertFilterForm.base_fields, "page"]),
         ("get", "feedback-run-trace-json", "operator", ["step"]),
@@ -125,6 +126,7 @@ def test_views_answer_any_input_without_a_server_error(client, method, name, rol
         },
         "feedback-run-score": {"run_id": run.pk},
         "feedback-run-steps": {"run_id": run.pk},
+        "feedback-run-detail": {"run_id": run.pk},
         "feedback-run-summary": {"run_id": run.pk},
         "feedback-run-trace-json": {"run_id": run.pk},
     }.get(name)

@@ -86,8 +86,14 @@ def test_the_waterfall_places_steps_by_their_start_and_duration(client, operator
     html = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
     # Each bar holds its step's own times (ms from the run's start); the trace, the run's span.
     assert f'<span hidden id="trace-scale-{run.pk}" data-trace="trace-{run.pk}" data-span="10000"></span>' in html
-    bars = re.findall(r'id="run-\d+-step-(\d)".*?<span class="bar" data-at="(\d+)" data-ms="(\d+)"', html, re.S)
-    assert bars == [("0", "0", "1000"), ("1", "5000", "2500"), ("2", "0", "0"), ("3", "0", "0")]
+    bars = re.findall(r'id="run-\d+-step-(\d)".*?<span class="bar (\w+)" data-at="(\d+)" data-ms="(\d+)"', html, re.S)
+    assert bars == [("0", "model", "0", "1000"), ("1", "tool", "5000", "2500"), ("2", "model", "0", "0"),
+                    ("3", "model", "0", "0")]  # fmt: skip
+    # Each step's start and duration in words beside it, and the axis's end.
+    assert '+5.0 s · <span class="step-duration">2.5 s</span>' in html and "+0 ms" in html
+    no_times = re.search(rf'id="run-{run.pk}-step-3".*?class="muted step-time" title="[^"]*">(.*?)</span>', html, re.S)
+    assert no_times.group(1) == ""  # a step without times says none
+    assert '<div class="trace-axis" aria-hidden="true"><span>0 s</span><span>10.0 s</span></div>' in html
 
 
 def test_errors_attempts_and_failed_validation_stand_out(client, operator):
@@ -126,13 +132,154 @@ def test_a_sub_agent_run_expands_in_place(client, operator):
     client.force_login(operator)
     html = client.get(reverse("feedback-run-detail", args=[parent.pk])).content.decode()
     assert f'id="child-slot-{child.pk}"' in html
-    assert f'href="/runs/{child.pk}/" hx-get="/runs/{child.pk}/child/"' in html
+    # A fold button (closed) that loads the child's trace into the step the first time.
+    assert (
+        f'aria-expanded="false" aria-controls="child-body-{child.pk}" data-child-toggle\n'
+        f'      hx-get="/runs/{child.pk}/child/" hx-target="#child-body-{child.pk}"'
+    ) in html
+    assert f'<div class="child-body" id="child-body-{child.pk}" hidden></div>' in html
+    assert f'href="/runs/{child.pk}/">its own page</a>' in html  # without JavaScript
     fragment = client.get(reverse("feedback-run-child", args=[child.pk]), headers=HTMX)
     text = fragment.content.decode()
     assert text.lstrip().startswith(f'<div class="child-run" id="child-run-{child.pk}"')
     assert f'id="run-{child.pk}-step-0"' in text and "6 * 7 = 42" in text
     assert "What is &lt;6&gt; * 7?" in text
     assert 'id="run-status"' not in text  # nested: no clash with the parent's ids
+    assert 'data-depth="1"' in text and "level 1" in text
+    assert "trace-filter" not in text  # the filter is the page's, not a nested run's
+
+
+def test_a_sub_agent_run_shows_its_depth_in_the_tree(client, operator):
+    root = make_run(status=Run.Status.SUCCEEDED)
+    middle = make_run(status=Run.Status.SUCCEEDED, parent=root)
+    leaf = make_run(status=Run.Status.SUCCEEDED, parent=middle)
+    client.force_login(operator)
+    text = client.get(reverse("feedback-run-child", args=[leaf.pk]), headers=HTMX).content.decode()
+    assert 'data-depth="2"' in text and "level 2" in text
+
+
+def test_a_sub_agent_runs_steps_lie_on_its_top_level_runs_time_axis(client, operator):
+    start = timezone.now() - timedelta(minutes=1)
+    root = make_run(status=Run.Status.SUCCEEDED, started_at=start, finished_at=start + timedelta(seconds=20))
+    middle = make_run(status=Run.Status.SUCCEEDED, parent=root, started_at=start + timedelta(seconds=2))
+    leaf = make_run(status=Run.Status.SUCCEEDED, parent=middle, started_at=start + timedelta(seconds=4),
+                    finished_at=start + timedelta(seconds=6))  # fmt: skip
+    Step.objects.create(run=leaf, index=0, kind=Step.Kind.THOUGHT, started_at=start + timedelta(seconds=5),
+                        duration_ms=300)  # fmt: skip
+    client.force_login(operator)
+    text = client.get(reverse("feedback-run-child", args=[leaf.pk]), headers=HTMX).content.decode()
+    # Five seconds after the top-level run's start, on its 20-second scale, not the leaf's own.
+    assert '<span class="bar model" data-at="5000" data-ms="300">' in text
+    assert f'id="trace-scale-{leaf.pk}" data-trace="trace-{leaf.pk}" data-span="20000"' in text
+    assert "+5.0 s · " in text and "<span>20.0 s</span>" in text
+    # While the top-level run goes on, the scale grows from its start, as its own trace's does.
+    Run.objects.filter(pk=root.pk).update(status=Run.Status.RUNNING, finished_at=None)
+    text = client.get(reverse("feedback-run-child", args=[leaf.pk]), headers=HTMX).content.decode()
+    assert f'data-span-from="{round(start.timestamp() * 1000)}"' in text
+
+
+def test_payloads_start_folded_with_their_size(client, operator):
+    run = make_run(status=Run.Status.SUCCEEDED)
+    Step.objects.create(run=run, index=0, kind=Step.Kind.THOUGHT, thought="I will read <notes>.")
+    Step.objects.create(run=run, index=1, kind=Step.Kind.TOOL_CALL, tool_name="read_text_file",
+                        arguments={"path": "notes.txt"}, result={"text": "é" * 600})  # fmt: skip
+    client.force_login(operator)
+    html = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
+    assert "<details open" not in html.split('id="trace-')[1]  # nothing of the trace starts open
+    assert 'Arguments <span class="size">25 B</span>' in html
+    # The result's UTF-8 bytes (600 two-byte letters and the JSON around them), in kB.
+    assert 'Result <span class="size">1.2 kB</span>' in html
+    message = 'Model message <span class="size">20 B</span> <span class="preview">I will read &lt;notes&gt;.</span>'
+    assert message in html
+
+
+def _filter_run() -> Run:
+    start = timezone.now() - timedelta(minutes=1)
+    run = make_run(status=Run.Status.FAILED, started_at=start, finished_at=start + timedelta(seconds=5))
+    rows = [
+        dict(kind=Step.Kind.THOUGHT, thought="Look up the weather"),
+        dict(kind=Step.Kind.TOOL_CALL, tool_name="http_get", arguments={"url": "https://weather.example"},
+             success=False, error="Name or service not known", error_class="ToolError"),
+        dict(kind=Step.Kind.TOOL_CALL, tool_name="delete_file", arguments={"path": "a.txt"}, success=False,
+             error="Refused by strategy #3", error_class="GuardrailRefused"),
+        dict(kind=Step.Kind.TOOL_CALL, tool_name="calculator", arguments={"expression": "6 * 7"}, result={"value": 42},
+             success=True, validation_status=Step.Validation.FAIL),
+        dict(kind=Step.Kind.TOOL_CALL, tool_name="calculator", arguments={"expression": "1 + 1"}, result={"value": 2},
+             success=True),
+        dict(kind=Step.Kind.FINAL, thought="It is sunny"),
+    ]  # fmt: skip
+    for index, fields in enumerate(rows):
+        Step.objects.create(run=run, index=index, started_at=start, **fields)
+    return run
+
+
+def _shown(html: str, run: Run) -> list[int]:
+    return [int(i) for i in re.findall(rf'<li class="step [^"]*" id="run-{run.pk}-step-(\d+)"', html)]
+
+
+def test_only_what_went_wrong_keeps_errors_refusals_and_failed_validations(client, operator):
+    run = _filter_run()
+    client.force_login(operator)
+    url = reverse("feedback-run-detail", args=[run.pk])
+    html = client.get(url, {"problems": "1"}).content.decode()
+    assert _shown(html, run) == [1, 2, 3]
+    assert "refused by a guardrail" in html
+    assert 'name="problems" value="1" id="trace-problems-' in html and " checked>" in html  # the form says so
+    assert f'href="{url}" id="trace-clear-{run.pk}">Show every step</a>' in html
+    assert _shown(client.get(url).content.decode(), run) == [0, 1, 2, 3, 4, 5]
+
+
+def test_search_within_the_trace_matches_every_word_in_any_field(client, operator):
+    run = _filter_run()
+    client.force_login(operator)
+    url = reverse("feedback-run-detail", args=[run.pk])
+
+    def shown(**params: str) -> list[int]:
+        return _shown(client.get(url, params).content.decode(), run)
+
+    assert shown(q="weather") == [0, 1]  # a thought and an argument
+    assert shown(q="CALCULATOR") == [3, 4]  # a tool, whatever the case
+    assert shown(q="calculator 42") == [3]  # every word, each in any field
+    assert shown(q="guardrailrefused") == [2]  # an error class
+    assert shown(q="calculator", problems="1") == [3]  # both filters at once
+    html = client.get(url, {"q": "<nothing>"}).content.decode()
+    assert _shown(html, run) == [] and "No step matches this filter." in html
+    assert 'value="&lt;nothing&gt;"' in html  # what was typed, escaped, stays in the box
+
+
+def test_the_filter_form_swaps_the_trace_body_and_keeps_the_url(client, operator):
+    run = _filter_run()
+    client.force_login(operator)
+    url = reverse("feedback-run-detail", args=[run.pk])
+    html = client.get(url).content.decode()
+    assert f'hx-get="{url}" hx-target="#trace-body-{run.pk}" hx-swap="outerHTML" hx-push-url="true"' in html
+    headers = {**HTMX, "HX-Target": f"trace-body-{run.pk}"}
+    part = client.get(url, {"q": "calculator"}, headers=headers)
+    text = part.content.decode()
+    assert text.lstrip().startswith(f'<div class="trace-body" id="trace-body-{run.pk}">')
+    assert "<html" not in text and _shown(text, run) == [3, 4]
+
+
+def test_a_filtered_trace_pages_by_keyset_with_its_filter(client, operator, django_assert_max_num_queries):
+    start = timezone.now() - timedelta(minutes=5)
+    run = make_run(status=Run.Status.SUCCEEDED, started_at=start, finished_at=start + timedelta(seconds=200))
+    _bulk_steps(run, 10_000)  # 20 of them failed: indexes 7, 507, 1007...
+    client.force_login(operator)
+    url = reverse("feedback-run-detail", args=[run.pk])
+    # N+1 guarded: a filtered page of a 10,000-step trace reads only its own steps' attempts and
+    # sub-agent runs, not one query per step.
+    with django_assert_max_num_queries(13):
+        html = client.get(url, {"q": "77", "problems": "0"}).content.decode()
+    # "77" is in the arguments ("i + 1") or the result (i + 1) of a few hundred steps: the first 100.
+    matching = [i for i in range(10_000) if "77" in str(i) or "77" in str(i + 1)]
+    shown = _shown(html, run)
+    assert shown == matching[:TRACE_PAGE_SIZE]
+    # The loader asks for the next page with the same filter, after the last step shown.
+    assert f'?after={shown[-1]}&amp;q=77" hx-trigger="revealed"' in html
+    steps = reverse("feedback-run-steps", args=[run.pk])
+    with django_assert_max_num_queries(12):
+        wrong = client.get(steps, {"after": 1000, "problems": "1"}, headers=HTMX).content.decode()
+    assert _shown(wrong, run) == list(range(1007, 10_000, 500))
 
 
 def test_the_whole_trace_downloads_as_json(client, operator, long_run, django_assert_max_num_queries):
@@ -174,3 +321,12 @@ def test_applied_strategies_and_the_system_prompt_are_shown(client, operator):
     html = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
     assert "Look in docs/ too" in html and "Trial treatment (applied)" in html
     assert "You are &lt;careful&gt;." in html and "120 in / 30 out" in html
+
+
+def test_a_search_with_a_nul_or_only_spaces_is_no_filter_and_no_error(client, operator):
+    run = _filter_run()
+    client.force_login(operator)
+    url = reverse("feedback-run-detail", args=[run.pk])
+    assert _shown(client.get(url, {"q": "   "}).content.decode(), run) == [0, 1, 2, 3, 4, 5]
+    response = client.get(f"{url}?q=weath%00er")  # a NUL PostgreSQL refuses in a comparison
+    assert response.status_code == 200 and _shown(response.content.decode(), run) == [0, 1]

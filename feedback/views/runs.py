@@ -143,15 +143,22 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def _run_page(request: HttpRequest, run: Run) -> HttpResponse:
+    matching = traces.trace_filter(request.GET)
     context = {
-        **_summary_context(request, run, trace=traces.trace_page(run)),
+        **_summary_context(request, run, trace=traces.trace_page(run, matching=matching)),
+        "trace_filter": matching,
         **evaluation_context(request, run),
         "problems": traces.trace_problems(run),
         "applied_strategies": selectors.run_applied_strategies(run),
         "children": _children(run),
         "sandbox": retention.sandbox_state(run),
     }
-    return render(request, TEMPLATE, context)
+    # The trace's filter form asks the page's own URL (so the address keeps the filter) for the
+    # trace's body alone; any other request of this URL gets the whole page.
+    template = TEMPLATE
+    if request.htmx and request.htmx.target == f"trace-body-{run.pk}":
+        template += "#trace-body"
+    return render(request, template, context)
 
 
 def run_summary(request: HttpRequest, run_id: int) -> HttpResponse:
@@ -174,9 +181,11 @@ def run_steps(request: HttpRequest, run_id: int) -> HttpResponse:
 
 def _steps(request: HttpRequest, run: Run) -> HttpResponse:
     # The run was read before its steps, so an ended run's last steps are all in this page.
-    trace = traces.trace_page(run, after=_int(request.GET.get("after", "")))
+    matching = traces.trace_filter(request.GET)
+    trace = traces.trace_page(run, after=_int(request.GET.get("after", "")), matching=matching)
     context = {
         **_summary_context(request, run, trace=trace),
+        "trace_filter": matching,
         **_news(request, run),
         "oob": True,
         "children": _children(run),
@@ -191,11 +200,28 @@ def run_child(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def _child(request: HttpRequest, run: Run) -> HttpResponse:
+    # The whole tree on one time axis, its top-level run's: a child's steps lie where they ran
+    # within the parent's, as Langfuse and Phoenix draw nested spans.
+    place = traces.run_tree_place(run)
+    root = place.root
+    origin = root.started_at or root.created_at
     context = {
-        **_summary_context(request, run, trace=traces.trace_page(run), nested=True),
+        **_summary_context(request, run, trace=traces.trace_page(run, origin=origin), nested=True),
         "problems": traces.trace_problems(run),
+        # Shown on the nested run, so a reader knows how far down the tree they are.
+        "depth": place.depth,
+        **_axis(root),
     }
     return render(request, TEMPLATE + "#run-child", context)
+
+
+def _axis(root: Run) -> dict:
+    """A nested trace's scale: its top-level run's span, fixed once that has ended, else growing
+    from its start with the clock (live.js), as the top-level trace's own."""
+    if root.finished_at is None:
+        return {"span": None, "span_from": _ms(root.started_at or root.created_at)}
+    span = traces.trace_span_ms(created_at=root.created_at, started_at=root.started_at, finished_at=root.finished_at)
+    return {"span": span}
 
 
 def _news(request: HttpRequest, run: Run) -> dict:

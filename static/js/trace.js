@@ -1,5 +1,6 @@
-// The trace's small behaviours: lay out the waterfall, copy a step as JSON, and show a clamped
-// payload in full. Delegated from the document, so steps appended by htmx work without re-binding.
+// The trace's small behaviours: lay out the waterfall, copy a step as JSON, show a clamped
+// payload in full, and fold or unfold a sub-agent run. Delegated from the document, so steps
+// appended by htmx work without re-binding.
 (function () {
   "use strict";
 
@@ -65,6 +66,16 @@
             function () { fallback(link, text); }
           );
         });
+      return;
+    }
+    // A sub-agent run's fold: htmx loads its trace on the first click ("click once"); every click
+    // folds or unfolds it, and aria-expanded tells a screen reader which.
+    var toggle = event.target.closest("[data-child-toggle]");
+    if (toggle) {
+      var body = document.getElementById(toggle.getAttribute("aria-controls"));
+      var open = toggle.getAttribute("aria-expanded") !== "true";
+      toggle.setAttribute("aria-expanded", open ? "true" : "false");
+      if (body) body.hidden = !open;
       return;
     }
     var button = event.target.closest("[data-show-all]");

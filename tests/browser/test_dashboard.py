@@ -142,7 +142,7 @@ def test_a_sub_agent_run_expands_in_place_and_long_traces_load_on_scroll(page, l
     page.goto(f"{live_server.url}/runs/{parent.pk}/")
     expect(page.locator(f"#trace-{parent.pk} > li.step")).to_have_count(4)
     expect(page.locator(".problems")).to_contain_text("1 step went wrong")
-    page.get_by_role("link", name=f"Expand sub-agent run #{child.pk}").click()
+    page.get_by_role("button", name=f"Sub-agent run #{child.pk}").click()
     nested = page.locator(f"#child-run-{child.pk}")
     expect(nested.locator("li.step")).to_have_count(2)
     expect(nested).to_contain_text("6 * 7 = 42")
