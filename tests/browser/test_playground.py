@@ -24,7 +24,11 @@ def test_a_reviewer_edits_guidance_in_the_playground_and_compares_the_re_run(
 
     log_in(page, live_server, "reviewer", demo["reviewer"])
     page.goto(f"{live_server.url}/runs/{original.pk}/")
-    page.get_by_role("link", name="Open in playground").click()
+    expect(page.get_by_role("link", name="Open in playground")).to_be_visible()
+    # Every model call of the trace opens the playground too (the run's two model calls, not its tool calls).
+    step_links = page.locator("[data-playground-step]")
+    expect(step_links).to_have_count(original.steps.exclude(kind__in=["tool_call", "reflection"]).count())
+    step_links.first.click()
     expect(page.get_by_role("heading", name=f"Playground: run #{original.pk}")).to_be_visible()
     expect(page.locator("#no-reruns")).to_be_visible()
     expect(page.get_by_label("System prompt")).to_have_value(re.compile(re.escape(original.system_prompt[:40])))
