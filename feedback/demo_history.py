@@ -20,6 +20,7 @@ from feedback.evaluation.chain import evaluate_run
 from feedback.models import Run, Strategy, Workspace
 
 REASON = "seeded demo history"
+SUBAGENT_TASK = "Use sub-agents to summarise report.txt and docs/meeting-notes.md"
 
 
 @dataclass(frozen=True)
@@ -64,4 +65,8 @@ def seed_history(workspace: Workspace, *, runs: int = 40, trial_runs: int = 24, 
             again = run_rerun(run=failed, user=staff)
         execute_run(again.pk)
         evaluate_run(again.pk)
+    # A run that gives each file to a sub-agent, so the trace's tree has something to show.
+    delegating = run_phase("seed", [("file_analysis", SUBAGENT_TASK, "")], staff, workspace)
+    for child in Run.objects.filter(parent_id__in=delegating.run_ids).values_list("pk", flat=True):
+        evaluate_run(child)  # as the worker would once the seed ends: every seeded run is scored
     return History(runs=Run.objects.count(), proposals=len(proposals), on_trial=picked[0].title if picked else "")

@@ -71,4 +71,8 @@ def test_the_seeded_history_has_something_true_on_every_page(staff, reviewer, de
     assert Evaluation.objects.filter(kind=Evaluation.Kind.HUMAN).count() == 1
     rerun = runs.get(retry_of__isnull=False)
     assert rerun.retry_of.outcome == Run.Outcome.NOT_ACCOMPLISHED and rerun.score is not None
+    parent = runs.get(task__text="Use sub-agents to summarise report.txt and docs/meeting-notes.md")
+    children = parent.children.order_by("pk")
+    assert parent.status == Run.Status.SUCCEEDED and children.count() == 2
+    assert all(child.status == Run.Status.SUCCEEDED and child.final_output in parent.final_output for child in children)
     assert seed_history(demo_workspace) is None and Run.objects.count() == history.runs  # never twice

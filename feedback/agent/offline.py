@@ -2,7 +2,8 @@
 
 It is not an LLM and the UI says so. It reads the task and the observations in the
 conversation like a model would, and plans tool calls for the three demo task families:
-support-email triage, file analysis and arithmetic (in digits or in words: word_problems.py).
+support-email triage, file analysis and arithmetic (in digits or in words: word_problems.py); a
+task that asks for sub-agents over several named files delegates one file to each.
 It knows nothing about strategies: any improvement the feedback loop brings must come from
 mechanisms that work with any model.
 """
@@ -19,6 +20,7 @@ _EMAIL_TASK = re.compile(r"\b(e-?mails?|inbox|triage|tickets?)\b", re.I)
 _REPLY_TASK = re.compile(r"\b(reply|respond|answer)\b", re.I)
 _FILE_NAME = re.compile(r"[\w./-]*\w\.(?:txt|md|csv|log|json)\b")
 _DIRECTORY = re.compile(r"\b([\w-]+)/")
+_SUBAGENTS = re.compile(r"\bsub-?agents?\b", re.I)
 
 _LABELS = {
     "billing": ("invoice", "charge", "charged", "refund", "payment", "billing", "price"),
@@ -44,6 +46,7 @@ _PLANS = {
     "triage": ["List the inbox", "Read every email", "Label each email and flag the urgent ones"],
     "file": ["Read the file", "Analyse the text", "Write the summary"],
     "arithmetic": ["Compute the expression with the calculator", "Report the result"],
+    "delegate": ["Give each file to a sub-agent", "Put their answers together"],
 }
 
 
@@ -141,6 +144,8 @@ class OfflineDemoModel:
         return None
 
     def _decide(self, task: str, seen: list[Observation], turn: int) -> tuple[str, LLMReply]:
+        if _SUBAGENTS.search(task) and len(set(_FILE_NAME.findall(task))) > 1:
+            return "delegate", self._delegate(task, seen, turn)
         if _EMAIL_TASK.search(task):
             return "triage", self._triage(task, seen, turn)
         if _FILE_NAME.search(task) or re.search(r"\b(summari[sz]e|word count|count)\b", task, re.I):
@@ -152,6 +157,20 @@ class OfflineDemoModel:
             # Arithmetic it cannot read: say what it does read, not that it does no arithmetic.
             return "", LLMReply(content=CANNOT_READ_ARITHMETIC)
         return "", LLMReply(content=OUT_OF_SCOPE)
+
+    # --- sub-agents: one named file each ---------------------------------------------------
+    def _delegate(self, task: str, seen: list[Observation], turn: int) -> LLMReply:
+        delegated = [o for o in seen if o.tool == "delegate"]
+        if not delegated:
+            files = list(dict.fromkeys(_FILE_NAME.findall(task)))
+            calls = [
+                _call(turn * 100 + i, "delegate", task=f"Summarise {name} and count its words", kind="file_analysis")
+                for i, name in enumerate(files)
+            ]
+            return LLMReply(content=f"Giving {len(files)} files to sub-agents.", tool_calls=calls)
+        lines = [f"- {o.arguments.get('task', '')}: {o.result['answer'] if o.ok else o.error}" for o in delegated]
+        done = sum(o.ok for o in delegated)
+        return LLMReply(content="\n".join([f"The sub-agents answered {done} of {len(delegated)}:", *lines]))
 
     # --- support-email triage -------------------------------------------------------------
     def _triage(self, task: str, seen: list[Observation], turn: int) -> LLMReply:
