@@ -1,12 +1,12 @@
-"""Benchmark 3: what a person waits for a page, under concurrent clients, against the constant
-/healthz page in the same run.
+"""Benchmark 3: what a person waits for a page, against the constant /healthz page in the same
+run (issue 24's targets).
 
 gunicorn serves the project with production-like settings (DEBUG off, hashed static files when
-``collect_static``); ``wrk`` (Debian package) loads each family of pages with ``clients``
-connections after one real login, every request a different URL (different runs, filters,
-searches, pages deep in the list, metric windows), and reports p50/p95 through a Lua ``done``
-hook. Without wrk, a small Python load generator with threads does the same job (the CI test
-uses it when wrk is missing).
+``collect_static``); ``wrk`` (Debian package) asks each family of pages with one connection
+after one real login, every request a different URL (different runs, filters, searches, pages
+deep in the list, metric windows, live parts' polls), and reports p50/p95 through a Lua ``done``
+hook; without wrk, the Python client of bench/arrivals.py does the same job. Then the page mix at
+a held arrival rate (bench/arrivals.py: an open loop), against the same mix by one client.
 """
 
 import http.cookiejar

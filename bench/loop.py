@@ -2,8 +2,9 @@
 time: runs of 10 model calls through ``execute_run`` (claim, lease, heartbeat thread, strategy
 selection, the conversation, the tool invoker with its schema check, shared breaker and thread
 pool, each step written with the run's counters under the lease, the run's end), each followed by
-the evaluation it queues (``evaluate_run``: the evaluators, the score and outcome, the rollups),
-as the worker would run it. Per model call, against the 100 ms a fast model takes to answer.
+the evaluation it queues (``evaluate_run``: the evaluators, the score and outcome),
+as the worker would run it, the run and its evaluation timed apart. Per model call: the run
+alone (against LangGraph), and both together against the 100 ms a fast model takes to answer.
 
 For reference, in the same process and database: one bare committed ``INSERT`` of a step row, and
 LangGraph's ReAct agent with its PostgreSQL checkpointer on the same workload, checkpointing every
