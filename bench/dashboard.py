@@ -197,7 +197,8 @@ def _sample_runs(rng: random.Random, count: int, **filters) -> list[int]:
 class Family:
     name: str
     paths: list[str]
-    weight: int  # its share of the page mix at a held rate
+    weight: int  # its share of the page mix at a held rate, in %
+    short: str = ""  # its name in the mix's note
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -237,12 +238,12 @@ def page_families(rng: random.Random, size: int) -> list[Family]:
     for paths in (lists, searches, windows):
         rng.shuffle(paths)
     return [
-        Family("trace page, 10-step runs", short, 20),
-        Family(f"trace page, {longest:,}-step runs", long, 5),
-        Family("run list: filters, sorts, pages deep", lists[:size], 15),
-        Family("run list: searches", searches, 10),
-        Family("metrics page: every window, kind and period", windows, 10),
-        Family(POLL_FAMILY, polls, 40, HTMX),
+        Family("trace page, 10-step runs", short, 20, "10-step traces"),
+        Family(f"trace page, {longest:,}-step runs", long, 5, f"{longest:,}-step traces"),
+        Family("run list: filters, sorts, pages deep", lists[:size], 15, "run lists"),
+        Family("run list: searches", searches, 10, "searches"),
+        Family("metrics page: every window, kind and period", windows, 10, "metrics pages"),
+        Family(POLL_FAMILY, polls, 40, "polls", HTMX),
     ]
 
 
@@ -350,7 +351,7 @@ def _held_rate(
     """The page mix by one client (the baseline), then at ``rate`` requests a second held for
     ``rate_seconds``; both with the same Python client, so the ratio compares like with like."""
     mix = page_mix(families, random.Random(11))
-    weights = ", ".join(f"{f.weight}% {f.name.split(':')[0].split(',')[0]}" for f in families if f.paths)
+    weights = ", ".join(f"{f.weight}% {f.short or f.name}" for f in families if f.paths)
     name = f"page mix at {rate:g} requests/s (held rate, open loop), p95"
     try:
         arrivals.one_client(base, mix[::-1], cookie, seconds=min(seconds, 2))  # warm-up
@@ -365,7 +366,7 @@ def _held_rate(
     return [
         Result(
             "dashboard", "page mix, one client, p95 (baseline)", baseline, "ms", baseline,
-            note=f"{len(alone.latencies)} requests ({weights}), python client",
+            note=f"{len(alone.latencies)} requests ({weights}); python client",
         ),
         Result("dashboard", f"page mix at {rate:g} requests/s, p50", held.percentile(0.5), "ms", baseline),
         Result(
