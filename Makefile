@@ -9,6 +9,8 @@ TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 # Benchmarks get a PostgreSQL database of their own (dropped and re-created by `make bench`).
 BENCH_DATABASE_URL ?= postgres://root@127.0.0.1:5432/bench
 BENCH_RUNS ?= 100000
+BENCH_BROKER_URL ?= redis://127.0.0.1:6379/13
+BENCH_CACHE_URL ?= redis://127.0.0.1:6379/12
 
 LLM_VENV := .venv-llm
 LLM_PORT ?= 8080
@@ -41,7 +43,7 @@ ensure-wrk:
 # Numbers come from here, never from timed tests. `make bench BENCH_RUNS=1000000` for the big scale.
 bench: $(VENV)/.bench-deps ensure-wrk
 	@scripts/ensure-services
-	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=redis://127.0.0.1:6379/13 CACHE_URL=redis://127.0.0.1:6379/12 \
+	DATABASE_URL=$(BENCH_DATABASE_URL) CELERY_BROKER_URL=$(BENCH_BROKER_URL) CACHE_URL=$(BENCH_CACHE_URL) \
 	  $(BIN)/python -m bench --runs $(BENCH_RUNS) $(BENCH_ARGS)
 
 run: $(VENV)/.run-deps

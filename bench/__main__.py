@@ -18,7 +18,9 @@ def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--runs", type=int, default=100_000, help="runs in the generated history")
     parser.add_argument("--reuse", action="store_true", help="keep the bench database if it has --runs runs")
-    parser.add_argument("--seconds", type=float, default=10, help="load per dashboard page")
+    parser.add_argument("--seconds", type=float, default=10, help="one client per family of pages")
+    parser.add_argument("--rate", type=float, default=30, help="requests a second of the page mix (held)")
+    parser.add_argument("--rate-seconds", type=float, default=60, help="how long the rate is held")
     parser.add_argument("--only", default="loop,worker,dashboard,mining")
     parser.add_argument("--out", default=str(BASE_DIR / "BENCHMARKS.md"))
     return parser.parse_args()
@@ -91,7 +93,12 @@ def main() -> None:
         rows += report.guard(
             "dashboard",
             lambda: dashboard.run(
-                folder=work, seconds=args.seconds, username="bench-operator", password=BENCH_PASSWORD
+                folder=work,
+                seconds=args.seconds,
+                username="bench-operator",
+                password=BENCH_PASSWORD,
+                rate=args.rate,
+                rate_seconds=args.rate_seconds,
             ),
         )
     if "mining" in only:

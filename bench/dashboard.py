@@ -1,12 +1,12 @@
-"""Benchmark 3: what a person waits for a page, under concurrent clients, against the constant
-/healthz page in the same run.
+"""Benchmark 3: what a person waits for a page, against the constant /healthz page in the same
+run (issue 24's targets).
 
 gunicorn serves the project with production-like settings (DEBUG off, hashed static files when
-``collect_static``); ``wrk`` (Debian package) loads each family of pages with ``clients``
-connections after one real login, every request a different URL (different runs, filters,
-searches, pages deep in the list, metric windows), and reports p50/p95 through a Lua ``done``
-hook. Without wrk, a small Python load generator with threads does the same job (the CI test
-uses it when wrk is missing).
+``collect_static``); ``wrk`` (Debian package) asks each family of pages with one connection
+after one real login, every request a different URL (different runs, filters, searches, pages
+deep in the list, metric windows, live parts' polls), and reports p50/p95 through a Lua ``done``
+hook; without wrk, the Python client of bench/arrivals.py does the same job. Then the page mix at
+a held arrival rate (bench/arrivals.py: an open loop), against the same mix by one client.
 """
 
 import http.cookiejar
@@ -19,21 +19,19 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.core.cache import cache
 from django.db.models import Max, Min
 
-from bench import report
+from bench import arrivals, report
 from bench.results import Result
 from bench.worker import BASE_DIR, database_url
 from feedback import selectors
-from feedback.metrics.tools import percentile_cont
 from feedback.models import Run, Task
 from feedback.models.run import NO_SCORE
 
@@ -135,7 +133,7 @@ def login(base: str, username: str, password: str) -> str:
 
 
 def _wrk(
-    base: str, targets: list[str], cookie: str, clients: int, seconds: float
+    base: str, targets: list[str], cookie: str, clients: int, seconds: float, headers: dict[str, str]
 ) -> tuple[float | None, float | None, int]:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(WRK_SCRIPT)
@@ -143,9 +141,10 @@ def _wrk(
         paths.write("".join(f"{path}\n" for path in targets))
     threads = min(WRK_THREADS, clients)  # wrk gives each thread one connection at least
     env = {**os.environ, "BENCH_PATHS": paths.name, "BENCH_THREADS": str(threads)}
+    extra = [arg for name, value in headers.items() for arg in ("-H", f"{name}: {value}")]
     out = subprocess.run(
         ["wrk", "-t", str(threads), "-c", str(clients), "-d", f"{max(1, round(seconds))}s", "--timeout", "30s",
-         "-s", script.name, "-H", f"Cookie: {cookie}", base],
+         "-s", script.name, "-H", f"Cookie: {cookie}", *extra, base],
         capture_output=True, text=True, check=True, env=env,
     ).stdout  # fmt: skip
     os.unlink(script.name)
@@ -158,46 +157,26 @@ def _wrk(
     return int(found.group(1)) / 1000, int(found.group(2)) / 1000, int(found.group(3))
 
 
-def _python_load(base: str, targets: list[str], cookie: str, clients: int, seconds: float) -> tuple[float, float, int]:
-    """The fallback: ``clients`` threads, each one request after another for ``seconds``, every
-    request the next target of the list."""
-    latencies: list[float] = []
-    errors: list[str] = []
-    deadline = time.monotonic() + seconds
-    turn = itertools.count()
-
-    def client() -> None:
-        while time.monotonic() < deadline:
-            path = targets[next(turn) % len(targets)]
-            headers = {"Cookie": cookie}
-            started = time.perf_counter()
-            try:
-                with urllib.request.urlopen(urllib.request.Request(base + path, headers=headers), timeout=30) as r:
-                    r.read()
-            except OSError as exc:
-                errors.append(str(exc))
-                return
-            latencies.append((time.perf_counter() - started) * 1000)
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors or not latencies:
-        raise RuntimeError(f"requests to {targets[0]}... failed: {errors[:3]}")
-    return percentile_cont(latencies, 0.5), percentile_cont(latencies, 0.95), len(latencies)
+def _python_load(
+    base: str, targets: list[str], cookie: str, clients: int, seconds: float, headers: dict[str, str]
+) -> tuple[float, float, int]:
+    """The fallback: ``clients`` threads, each one request after another on its keep-alive
+    connection for ``seconds``, every request the next target of the list."""
+    outcome = arrivals.one_client(base, [(path, headers) for path in targets], cookie, seconds=seconds, clients=clients)
+    if outcome.errors or not outcome.latencies:
+        raise RuntimeError(f"requests to {targets[0]}... failed: {outcome.errors[:3]}")
+    return outcome.percentile(0.5), outcome.percentile(0.95), len(outcome.latencies)
 
 
 def measure(
-    base: str, targets: list[str], cookie: str, clients: int, seconds: float
+    base: str, targets: list[str], cookie: str, clients: int, seconds: float, headers: dict[str, str] | None = None
 ) -> tuple[float | None, float | None, int]:
     """(p50 ms, p95 ms, requests) over ``targets`` under ``clients`` concurrent clients, each
     request the next target; no figures when no request finished."""
     load = _wrk if shutil.which("wrk") else _python_load
     if seconds >= 2:
-        load(base, targets[::-1], cookie, clients, 1.0)  # warm-up: connections, plans (other URLs first)
-    return load(base, targets, cookie, clients, seconds)
+        load(base, targets[::-1], cookie, clients, 1.0, headers or {})  # warm-up: connections, plans
+    return load(base, targets, cookie, clients, seconds, headers or {})
 
 
 def _sample_runs(rng: random.Random, count: int, **filters) -> list[int]:
@@ -214,10 +193,26 @@ def _sample_runs(rng: random.Random, count: int, **filters) -> list[int]:
     return sorted(found)[:count]
 
 
-def page_families(rng: random.Random, size: int) -> list[tuple[str, list[str]]]:
-    """(name, paths): every page the dashboard serves, each family as ``size`` different URLs where
-    it has that many (different runs, filters, searches, pages deep in the list, windows)."""
+@dataclass
+class Family:
+    name: str
+    paths: list[str]
+    weight: int  # its share of the page mix at a held rate, in %
+    short: str = ""  # its name in the mix's note
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+# A live page's poll: the htmx request of a run's summary part (286 once the run has settled).
+POLL_FAMILY = "live part's poll (htmx, a run's summary)"
+HTMX = {"HX-Request": "true"}
+
+
+def page_families(rng: random.Random, size: int) -> list[Family]:
+    """Every page the dashboard serves, each family as ``size`` different URLs where it has that
+    many (different runs, filters, searches, pages deep in the list, windows), with its weight in
+    the page mix of a team with live pages open: mostly the open pages' polls and trace pages."""
     short = [f"/runs/{pk}/" for pk in _sample_runs(rng, size, step_count__range=(8, 12))]
+    polls = [f"/runs/{pk}/summary/" for pk in _sample_runs(rng, size)]
     longest = Run.objects.order_by("-step_count").values_list("step_count", flat=True).first() or 0
     long = [f"/runs/{pk}/" for pk in Run.objects.filter(step_count=longest).values_list("pk", flat=True)[:size]]
     lists = [f"/runs/?sort={sort}" for sort in ("newest", "oldest", "score")]
@@ -243,12 +238,22 @@ def page_families(rng: random.Random, size: int) -> list[tuple[str, list[str]]]:
     for paths in (lists, searches, windows):
         rng.shuffle(paths)
     return [
-        ("trace page, 10-step runs", short),
-        (f"trace page, {longest:,}-step runs", long),
-        ("run list: filters, sorts, pages deep", lists[:size]),
-        ("run list: searches", searches),
-        ("metrics page: every window, kind and period", windows),
+        Family("trace page, 10-step runs", short, 20, "10-step traces"),
+        Family(f"trace page, {longest:,}-step runs", long, 5, f"{longest:,}-step traces"),
+        Family("run list: filters, sorts, pages deep", lists[:size], 15, "run lists"),
+        Family("run list: searches", searches, 10, "searches"),
+        Family("metrics page: every window, kind and period", windows, 10, "metrics pages"),
+        Family(POLL_FAMILY, polls, 40, "polls", HTMX),
     ]
+
+
+def page_mix(families: list[Family], rng: random.Random, count: int = 4000) -> list[arrivals.Request]:
+    """``count`` requests drawn by the families' weights, each family's URLs in turn (a URL comes
+    again only once its family's list has gone round)."""
+    live = [f for f in families if f.paths]
+    turns = {f.name: itertools.cycle(f.paths) for f in live}
+    drawn = rng.choices(live, weights=[f.weight for f in live], k=count)
+    return [(next(turns[f.name]), f.headers) for f in drawn]
 
 
 def _with_sort_score(runs) -> list[Run]:
@@ -257,53 +262,116 @@ def _with_sort_score(runs) -> list[Run]:
     return list(runs)
 
 
+def _etag(base: str, path: str, cookie: str) -> str | None:
+    request = urllib.request.Request(base + path, headers={"Cookie": cookie})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.headers.get("ETag")
+
+
 def run(
     *,
     folder: Path,
-    clients: int = 20,
     seconds: float = 10,
     username: str,
     password: str,
     collect_static: bool = True,
     size: int = 2000,
+    rate: float = 30.0,
+    rate_seconds: float = 60.0,
 ) -> list[Result]:
-    """Each family of pages under ``clients`` clients, every request a different URL (the server
-    keeps no page cache: each one is rendered), against /healthz in the same run.
-    Each family, and /healthz, also with one client alone: what an answer costs, not its queue."""
+    """Issue 24's targets: each family of pages asked by one client, every request a different URL
+    (the server keeps no page cache: each one is rendered), p95 against /healthz's one-client p95
+    in the same run (at most 25x; a live page's revalidation or poll at most 5x); then the page
+    mix at a held ``rate`` of requests a second, p95 against the same mix asked by one client
+    (at most 2x, no errors)."""
     tool = "wrk" if shutil.which("wrk") else "python load generator"
     families = page_families(random.Random(7), size)
     cache.clear()
     results = []
     with Gunicorn(folder, collect_static=collect_static) as server:
         cookie = login(server.base, username, password)
-        p50, p95, n = measure(server.base, ["/healthz"], cookie, clients, seconds)
-        results.append(Result("dashboard", "constant page /healthz, p50", p50, "ms", p50))
+        p50, p95, n = measure(server.base, ["/healthz"], cookie, 1, seconds)
+        results.append(Result("dashboard", "constant page /healthz, one client, p50", p50, "ms", p50))
         results.append(
-            Result("dashboard", "constant page /healthz, p95 (baseline)", p95, "ms", p95, note=f"{n} requests, {tool}")
-        )
-        # One client alone: what each answer costs when nothing waits in front of it.
-        alone, _, n = measure(server.base, ["/healthz"], cookie, 1, seconds / 2)
-        results.append(Result("dashboard", "constant page /healthz, one client, p50", alone, "ms", alone))
+            Result(
+                "dashboard", "constant page /healthz, one client, p95 (baseline)", p95, "ms", p95,
+                note=f"{n} requests, {tool}",
+            )
+        )  # fmt: skip
 
-        def family(name: str, targets: list[str]) -> list[Result]:
-            """The family under ``clients`` clients (p50, p95), then with one client alone."""
-            q50, q95, n = measure(server.base, targets, cookie, clients, seconds)
-            one, _, m = measure(server.base, targets[::-1], cookie, 1, seconds / 2)
-            note = f"{n} requests over {len(targets):,} URLs, {tool}" if n else f"no request finished ({tool})"
+        def family(f: Family) -> list[Result]:
+            q50, q95, n = measure(server.base, f.paths, cookie, 1, seconds, f.headers)
+            note = f"{n} requests over {len(f.paths):,} URLs, {tool}" if n else f"no request finished ({tool})"
+            target = 5.0 if f.name == POLL_FAMILY else 25.0
             return [
-                Result("dashboard", f"{name}, p50", q50, "ms", p50),
-                Result("dashboard", f"{name}, p95", q95, "ms", p95, target=5.0, note=note),
-                Result("dashboard", f"{name}, one client, p50", one, "ms", alone, note=f"{m} requests"),
+                Result("dashboard", f"{f.name}, one client, p50", q50, "ms", p50),
+                Result("dashboard", f"{f.name}, one client, p95", q95, "ms", p95, target=target, note=note),
             ]
 
-        for name, paths in families:
-            if not paths:
-                results.append(Result("dashboard", name, None, "ms", note="no such page in this history"))
+        for f in families:
+            if not f.paths:
+                results.append(Result("dashboard", f.name, None, "ms", note="no such page in this history"))
                 continue
             # One family that breaks (a timeout, an error page) is reported as FAILED; the
             # others keep their figures.
             try:
-                results += family(name, paths)
+                results += family(f)
             except Exception as exc:
-                results.append(report.failed("dashboard", f"{name}, p95", exc))
+                results.append(report.failed("dashboard", f"{f.name}, one client, p95", exc))
+        results += _revalidation(server.base, families, cookie, seconds, p95, tool)
+        results += _held_rate(server.base, families, cookie, seconds, rate, rate_seconds)
     return results
+
+
+def _revalidation(
+    base: str, families: list[Family], cookie: str, seconds: float, baseline: float | None, tool: str
+) -> list[Result]:
+    """The trace page revalidated with If-None-Match (5x), when the page sends an ETag: since
+    plain htmx polling (issue 24) it sends none, and the live part's poll is the cheap request."""
+    name = "trace page revalidated (If-None-Match, 304), one client, p95"
+    traces = next((f.paths for f in families if f.name.startswith("trace page, 10-")), [])
+    try:
+        tagged = [(path, tag) for path in traces[:200] if (tag := _etag(base, path, cookie))]
+        if not tagged:
+            note = f"no page sends an ETag (plain polling): the {POLL_FAMILY} row is a live page's request"
+            return [Result("dashboard", name, None, "ms", note=note)]
+        # wrk sends one set of headers: each URL of this family with its own tag needs the Python client.
+        outcome = arrivals.one_client(base, [(p, {"If-None-Match": t}) for p, t in tagged], cookie, seconds=seconds)
+        if outcome.errors:
+            raise RuntimeError(f"revalidation failed: {outcome.errors[:3]}")
+        note = f"{len(outcome.latencies)} requests over {len(tagged)} URLs, python client"
+        return [Result("dashboard", name, outcome.percentile(0.95), "ms", baseline, target=5.0, note=note)]
+    except Exception as exc:
+        return [report.failed("dashboard", name, exc)]
+
+
+def _held_rate(
+    base: str, families: list[Family], cookie: str, seconds: float, rate: float, rate_seconds: float
+) -> list[Result]:
+    """The page mix by one client (the baseline), then at ``rate`` requests a second held for
+    ``rate_seconds``; both with the same Python client, so the ratio compares like with like."""
+    mix = page_mix(families, random.Random(11))
+    weights = ", ".join(f"{f.weight}% {f.short or f.name}" for f in families if f.paths)
+    name = f"page mix at {rate:g} requests/s (held rate, open loop), p95"
+    try:
+        arrivals.one_client(base, mix[::-1], cookie, seconds=min(seconds, 2))  # warm-up
+        alone = arrivals.one_client(base, mix, cookie, seconds=seconds)
+        if alone.errors:
+            raise RuntimeError(f"the page mix failed: {alone.errors[:3]}")
+        baseline = alone.percentile(0.95)
+        held = arrivals.hold_rate(base, mix[len(alone.latencies) :], cookie, rate=rate, seconds=rate_seconds)
+    except Exception as exc:
+        return [report.failed("dashboard", name, exc)]
+    errors = f", {len(held.errors)} errors: {held.errors[0]}" if held.errors else ", no errors"
+    return [
+        Result(
+            "dashboard", "page mix, one client, p95 (baseline)", baseline, "ms", baseline,
+            note=f"{len(alone.latencies)} requests ({weights}); python client",
+        ),
+        Result("dashboard", f"page mix at {rate:g} requests/s, p50", held.percentile(0.5), "ms", baseline),
+        Result(
+            "dashboard", name, held.percentile(0.95), "ms", baseline, target=2.0, errors=len(held.errors),
+            note=f"{len(held.latencies)} requests in {held.seconds:.0f} s ({held.rate:.1f}/s), latency from each"
+            f" request's due time{errors}"[:300],
+        ),
+    ]  # fmt: skip

@@ -14,6 +14,7 @@ class Result:
     target: float | None = None
     higher_is_better: bool = False
     note: str = ""
+    errors: int = 0  # requests that failed: the target is not met, whatever the ratio
 
     @property
     def ratio(self) -> float | None:
@@ -25,6 +26,8 @@ class Result:
     def verdict(self) -> str:
         if self.target is None:
             return ""
+        if self.errors:
+            return f"NOT met ({self.errors} errors)"
         if self.ratio is None:
             return "NOT met (no figure)" if self.value is None and self.note.startswith("no request") else ""
         met = self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target

@@ -53,10 +53,19 @@ def test_loop_overhead(db):
     from django.db import connection
 
     results = loop.run(database_url=worker.database_url(), steps=5, runs=2, inserts=10)
-    names = [r.measure for r in results]
-    assert names[0].startswith("bare INSERT") and "engine per model call" in names[1]
-    assert "evaluation included" in names[1] and results[1].baseline == loop.MODEL_CALL_MS
-    assert any('durability="exit"' in name for name in names)
+    table = {r.measure: r for r in results}
+    assert results[0].measure.startswith("bare INSERT")
+    included = table["engine per model call (5-step runs, their evaluation included), against a 100 ms model call"]
+    excluded = table["engine per model call (5-step runs, evaluation excluded)"]
+    evaluation = table["evaluation per run (evaluate_run after each 5-step run)"]
+    assert included.baseline == loop.MODEL_CALL_MS
+    # The evaluation is split out: the run alone costs less than the run and its evaluation.
+    assert 0 < excluded.value < included.value and evaluation.value > 0
+    # Issue 24's target: the engine, evaluation excluded, against LangGraph checkpointing every super-step.
+    peer = table["LangGraph ReAct + PostgresSaver per model call (every super-step checkpointed)"]
+    ratio = table["engine, evaluation excluded / LangGraph (every super-step checkpointed)"]
+    assert ratio.target == 1.0 and ratio.value == pytest.approx(excluded.value / peer.value)
+    assert table['engine, evaluation excluded / LangGraph (durability="exit")'].target is None
     assert all(r.value and r.value > 0 for r in results)
     assert connection.get_autocommit()
     assert not Run.objects.filter(task__text=loop.BENCH_TASK).exists()  # it cleans up after itself
@@ -73,33 +82,52 @@ def test_worker_throughput_and_concurrency(db, tmp_path):
 
 def test_dashboard_latency(history, tmp_path, monkeypatch):
     results = dashboard.run(
-        folder=tmp_path, clients=2, seconds=0.3, username="bench-operator", password=BENCH_PASSWORD,
-        collect_static=False, size=20,
+        folder=tmp_path, seconds=0.3, username="bench-operator", password=BENCH_PASSWORD,
+        collect_static=False, size=20, rate=20, rate_seconds=1,
     )  # fmt: skip
     names = [r.measure for r in results]
-    # The constant page (p50, p95) and five families of pages (p50, p95), each over many URLs.
-    assert names[:2] == ["constant page /healthz, p50", "constant page /healthz, p95 (baseline)"]
-    assert len(results) >= 12 and all(r.value and r.value > 0 for r in results)
-    families = [r for r in results[2:] if r.measure.endswith("p95")]
-    assert len(families) == 5 and all(r.target == 5.0 for r in families)
+    table = {r.measure: r for r in results}
+    # Issue 24: /healthz by one client is the baseline; every family by one client against it.
+    assert names[:2] == [
+        "constant page /healthz, one client, p50",
+        "constant page /healthz, one client, p95 (baseline)",
+    ]
+    healthz = results[1].value
+    families = [
+        r
+        for r in results
+        if r.measure.endswith("one client, p95")
+        and r.measure.startswith(("trace page,", "run list", "metrics", "live"))
+    ]
+    assert len(families) == 6 and all(r.value > 0 and r.baseline == healthz for r in families)
+    assert {r.target for r in families} == {25.0, 5.0}
+    assert table[f"{dashboard.POLL_FAMILY}, one client, p95"].target == 5.0
     assert all(int(r.note.split(" URLs")[0].split(" over ")[1].replace(",", "")) > 1 for r in families)
-    # Each family and /healthz once more with one client alone: what an answer costs (no 304
-    # revalidation family: no page answers 304).
-    assert not any("304" in name for name in names)
-    alone = [r for r in results if "one client" in r.measure]
-    assert len(alone) == 6 and all(r.value > 0 and r.target is None for r in alone)
-    assert alone[0].measure == "constant page /healthz, one client, p50"
+    assert not any("p95" in name and "one client" not in name and "requests/s" not in name for name in names)
+    # No page sends an ETag (plain polling): the revalidation row says so, with no figure.
+    revalidation = table["trace page revalidated (If-None-Match, 304), one client, p95"]
+    assert revalidation.value is None and "no page sends an ETag" in revalidation.note
+    # The page mix at a held rate, against the same mix by one client, with no errors.
+    baseline = table["page mix, one client, p95 (baseline)"]
+    held = table["page mix at 20 requests/s (held rate, open loop), p95"]
+    assert baseline.value > 0 and held.baseline == baseline.value and held.target == 2.0
+    assert held.errors == 0 and "no errors" in held.note and held.verdict.startswith(("met", "NOT met (≤"))
+    assert held.note.startswith("20 requests in ")
 
-    paths = dashboard.page_families(random.Random(7), 20)
-    for _, urls in paths:
-        assert len(urls) == len(set(urls))  # every request of a family a different URL
+    families = dashboard.page_families(random.Random(7), 20)
+    for family in families:
+        assert len(family.paths) == len(set(family.paths))  # every request of a family a different URL
+    mix = dashboard.page_mix(families, random.Random(11), count=200)
+    polls = [path for path, headers in mix if headers == dashboard.HTMX]
+    assert polls and all(path.endswith("/summary/") for path in polls)
+    assert len({path for path, _ in mix}) > 40
 
 
 def test_dashboard_without_wrk_uses_the_python_load_generator(history, tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     results = dashboard.run(
-        folder=tmp_path, clients=2, seconds=0.2, username="bench-operator", password=BENCH_PASSWORD,
-        collect_static=False, size=10,
+        folder=tmp_path, seconds=0.2, username="bench-operator", password=BENCH_PASSWORD,
+        collect_static=False, size=10, rate=10, rate_seconds=0.5,
     )  # fmt: skip
     assert "python load generator" in results[1].note
 
