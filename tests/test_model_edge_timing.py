@@ -71,7 +71,8 @@ def test_the_waterfall_draws_each_model_call(client, operator, endpoint):
     run = a_run_of_three_model_calls(endpoint)
     client.force_login(operator)
     html = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
-    bars = dict(re.findall(r'id="run-\d+-step-(\d+)".*?<span class="bar[^"]*" data-at="\d+" data-ms="(\d+)"', html, re.S))
+    bar = r'id="run-\d+-step-(\d+)".*?<span class="bar[^"]*" data-at="\d+" data-ms="(\d+)"'
+    bars = dict(re.findall(bar, html, re.S))
     for step in run.steps.filter(kind__in=MODEL_STEPS):
         assert int(bars[str(step.index)]) == step.duration_ms > 0
     thought = run.steps.get(turn=1, kind=Step.Kind.THOUGHT)

@@ -22,9 +22,9 @@ from feedback.models import AlertDelivery, DailyRunStats, Run
 from feedback.retrying import TransientError
 from feedback.tasks import alert_deliver_task, evaluations_export_task, run_export_task
 
+from .alerting import _attempts, _minutes_ago, _stuck_rule
 from .factories import make_finished_run, make_run
 from .otlp_receiver import OTLPReceiver
-from .test_alerts import _attempts, _minutes_ago, _stuck_rule
 from .webhook_receiver import WebhookReceiver
 
 SCHEMA = {"type": "object", "properties": {}, "additionalProperties": False}
