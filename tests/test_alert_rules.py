@@ -57,8 +57,16 @@ def test_a_score_drop_against_the_window_before_opens_for_the_task_kind_that_dro
 
 
 def _failed_call(run: Run, *, index: int = 0, error_class: str = "ToolError", signature: str = "") -> None:
-    Step.objects.create(run=run, index=index, kind=Step.Kind.TOOL_CALL, tool_name="read_text_file", success=False,
-                        error="No such file", error_class=error_class, error_signature=signature)  # fmt: skip
+    Step.objects.create(
+        run=run,
+        index=index,
+        kind=Step.Kind.TOOL_CALL,
+        tool_name="read_text_file",
+        success=False,
+        error="No such file",
+        error_class=error_class,
+        error_signature=signature,
+    )
 
 
 def test_an_error_rate_rise_opens_on_failed_runs_and_failed_calls_and_not_below_its_minimum(evaluate):
@@ -107,8 +115,14 @@ def _assign(strategy: Strategy, treatment: list[float], control: list[float]) ->
     start = _minutes_ago(60)
     for arm, scores in (("treatment", treatment), ("control", control)):
         for i, score in enumerate(scores):
-            run = make_run(status=Run.Status.SUCCEEDED, score=score, tokens_in=400, tokens_out=50,
-                           started_at=start, finished_at=start + timedelta(seconds=2 + i % 3))  # fmt: skip
+            run = make_run(
+                status=Run.Status.SUCCEEDED,
+                score=score,
+                tokens_in=400,
+                tokens_out=50,
+                started_at=start,
+                finished_at=start + timedelta(seconds=2 + i % 3),
+            )
             AppliedStrategy.objects.create(run=run, strategy_version=strategy.current_version, arm=arm)
 
 
@@ -132,8 +146,12 @@ def test_a_harmful_trial_opens_on_harm_and_on_a_mismatched_split_and_resolves_on
     evaluate()
     harm.refresh_from_db()
     assert harm.state == "resolved"
-    assert harm.resolved_figures == {"reason": "not_on_trial", "strategy": harmful.pk, "title": harmful.title,
-                                     "status": "rolled_back"}  # fmt: skip
+    assert harm.resolved_figures == {
+        "reason": "not_on_trial",
+        "strategy": harmful.pk,
+        "title": harmful.title,
+        "status": "rolled_back",
+    }
 
 
 def _confirmation(run: Run, **fields) -> ToolConfirmation:
@@ -166,13 +184,17 @@ def test_a_rule_s_parameters_are_checked():
         ({"kind": SCORE_DROP, "threshold": 1.5}, "threshold"),
         ({"kind": ERROR_RATE, "change": 0}, "change"),
         ({"kind": ERROR_RATE, "threshold": 0.2, "min_runs": 1}, "min_runs"),  # no rate of one run
-        ({"kind": STUCK_QUEUE, "queued_minutes": None, "heartbeat_minutes": None, "confirmation_minutes": None},
-         "queued_minutes"),
+        (
+            {"kind": STUCK_QUEUE, "queued_minutes": None, "heartbeat_minutes": None, "confirmation_minutes": None},
+            "queued_minutes",
+        ),
         ({"kind": HARMFUL_TRIAL, "task_kind": "arithmetic"}, "task_kind"),
-        ({"kind": STUCK_QUEUE, "webhook_urls": "https://ok.example.org/hook\nftp://files.example.org/x"},
-         "webhook_urls"),
+        (
+            {"kind": STUCK_QUEUE, "webhook_urls": "https://ok.example.org/hook\nftp://files.example.org/x"},
+            "webhook_urls",
+        ),
         ({"kind": STUCK_QUEUE, "emails": "ops@example.com\nnot an address"}, "emails"),
-    ]  # fmt: skip
+    ]
     for fields, field in cases:
         with pytest.raises(ValidationError) as refused:
             AlertRule(name="r", **fields).full_clean()

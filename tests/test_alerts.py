@@ -201,20 +201,25 @@ def test_evaluations_at_the_same_moment_open_and_resolve_an_incident_once(sent_t
     incident = AlertIncident.objects.get()
     assert incident.state == "resolved"
     assert sorted(incident.deliveries.values_list("event", "channel")) == [
-        ("open", "email"), ("open", "webhook"), ("resolve", "email"), ("resolve", "webhook"),
-    ]  # fmt: skip
+        ("open", "email"),
+        ("open", "webhook"),
+        ("resolve", "email"),
+        ("resolve", "webhook"),
+    ]
     assert [name for name, _args, _kwargs in sent_tasks] == [queue.ALERT_DELIVER] * 4
     assert "could not be evaluated" not in caplog.text  # no second resolution stopped by a constraint
 
 
 # --- the pages ---------------------------------------------------------------------------------------
-def test_the_history_page_shows_incidents_newest_first_with_every_delivery_attempt(client, operator, evaluate,
-                                                                                    settings):  # fmt: skip
+def test_the_history_page_shows_incidents_newest_first_with_every_delivery_attempt(
+    client, operator, evaluate, settings
+):
     settings.ALERT_DELIVERY_MAX_ATTEMPTS = 2
     with WebhookReceiver() as working, WebhookReceiver() as broken:
         broken.script = [503, 503, 503, 503]
-        queue_rule = _stuck_rule(name="Queue <stuck>", webhook_urls=f"{working.url}\n{broken.url}",
-                                 emails="ops@example.com")  # fmt: skip
+        queue_rule = _stuck_rule(
+            name="Queue <stuck>", webhook_urls=f"{working.url}\n{broken.url}", emails="ops@example.com"
+        )
         run = make_run(created_at=_minutes_ago(20))
         evaluate()
         score_rule = _rule(SCORE_DROP, name="Scores", threshold=0.6, min_runs=2)
@@ -264,8 +269,15 @@ def test_the_history_page_shows_incidents_newest_first_with_every_delivery_attem
 
 def test_the_rules_page_lists_each_rule_its_condition_and_channels_without_secrets(client, reviewer, admin_user):
     slack = "https://hooks.slack.com/services/T000/B000/SECRETPATH"
-    rule = _rule(SCORE_DROP, name="Arithmetic scores", task_kind="arithmetic", threshold=0.6, change=0.2,
-                 webhook_urls=slack, emails="ops@example.com")  # fmt: skip
+    rule = _rule(
+        SCORE_DROP,
+        name="Arithmetic scores",
+        task_kind="arithmetic",
+        threshold=0.6,
+        change=0.2,
+        webhook_urls=slack,
+        emails="ops@example.com",
+    )
     _stuck_rule(name="Queue", enabled=False)
     client.force_login(reviewer)
     html = client.get(reverse("feedback-alert-rule-list")).content.decode()
