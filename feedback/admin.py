@@ -104,6 +104,14 @@ class ModelPriceAdmin(admin.ModelAdmin):
     search_fields = ["model_name"]
 
 
+@admin.register(models.ScoreConfig)
+class ScoreConfigAdmin(admin.ModelAdmin):
+    # The Settings page is where operators keep these; the admin reads them and archives.
+    list_display = ["name", "data_type", "min_value", "max_value", "required", "archived", "updated_at"]
+    list_filter = ["data_type", "archived"]
+    search_fields = ["name"]
+
+
 @admin.register(models.ToolSetting)
 class ToolSettingAdmin(admin.ModelAdmin):
     list_display = ["name", "enabled", "timeout_seconds"]

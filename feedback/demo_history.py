@@ -4,8 +4,9 @@ Every run here is a real run of the offline demo model in this process (the loop
 evaluation chain), asked by the demo `staff` user, so every figure a page shows of it is true:
 the mistakes are the model's own (the release notes it never finds, the idioms it cannot read),
 the proposals are what mining found in them, the trial's figures are its runs'. A reviewer's
-score, a re-run of a failed run and a proposal put on trial are taken by the demo reviewer, as a
-person would take them on the pages; their audit events say "seeded demo history".
+score (with a value of each score configuration), a re-run of a failed run and a proposal put on
+trial are taken by the demo reviewer, as a person would take them on the pages; their audit
+events say "seeded demo history".
 Seeded once, into a database without runs (``manage.py seed_demo``; ``--no-history`` skips it).
 """
 
@@ -17,7 +18,7 @@ from django.db import transaction
 
 from feedback.agent.loop import execute_run
 from feedback.evaluation.chain import evaluate_run
-from feedback.models import Run, Strategy, Workspace
+from feedback.models import Run, ScoreConfig, ScoreValue, Strategy, Workspace
 
 REASON = "seeded demo history"
 SUBAGENT_TASK = "Use sub-agents to summarise report.txt and docs/meeting-notes.md"
@@ -54,12 +55,18 @@ def seed_history(workspace: Workspace, *, runs: int = 40, trial_runs: int = 24, 
     failed = ended.filter(outcome=Run.Outcome.NOT_ACCOMPLISHED).order_by("pk").first()
     if failed is not None:
         # The review queue's daily work: a person's verdict on a failure, and a re-run of it.
+        correctness, problem, helpful = demo_score_configs()
         run_add_human_score(
             run=failed,
             user=reviewer,
             score=0.1,
             outcome=Run.Outcome.NOT_ACCOMPLISHED,
             comment="The answer misses the file the task names.",
+            score_values=[
+                ScoreValue(config=correctness, number=1),
+                ScoreValue(config=problem, label="Wrong file"),
+                ScoreValue(config=helpful, number=0),
+            ],
         )
         with transaction.atomic():
             again = run_rerun(run=failed, user=staff)
@@ -70,3 +77,24 @@ def seed_history(workspace: Workspace, *, runs: int = 40, trial_runs: int = 24, 
     for child in Run.objects.filter(parent_id__in=delegating.run_ids).values_list("pk", flat=True):
         evaluate_run(child)  # as the worker would once the seed ends: every seeded run is scored
     return History(runs=Run.objects.count(), proposals=len(proposals), on_trial=picked[0].title if picked else "")
+
+
+def demo_score_configs() -> tuple[ScoreConfig, ScoreConfig, ScoreConfig]:
+    """What the demo's reviewers rate beside the 0–1 score: one configuration of each type."""
+    Type = ScoreConfig.DataType
+    correctness, _ = ScoreConfig.objects.get_or_create(
+        name="Correctness",
+        defaults={"data_type": Type.NUMERIC, "min_value": 1, "max_value": 5, "description": "1: wrong … 5: exact"},
+    )
+    problem, _ = ScoreConfig.objects.get_or_create(
+        name="Main problem",
+        defaults={
+            "data_type": Type.CATEGORICAL,
+            "categories": ["None", "Wrong file", "Wrong tool", "Misread the task", "Incomplete"],
+            "description": "What went wrong first, if anything",
+        },
+    )
+    helpful, _ = ScoreConfig.objects.get_or_create(
+        name="Helpful", defaults={"data_type": Type.BOOLEAN, "description": "Would the person who asked use it?"}
+    )
+    return correctness, problem, helpful

@@ -40,7 +40,8 @@ _OPERATOR_PERMS = [
 ]
 
 # The Settings pages (feedback/views/settings_*.py): operators run the system, so they keep its
-# alert rules, MCP servers, model prices and tools; reviewers judge strategies and do not.
+# alert rules, MCP servers, model prices, tools and score configurations; reviewers judge
+# strategies and do not.
 SETTINGS_PERMS = [
     "add_alertrule",
     "change_alertrule",
@@ -55,6 +56,10 @@ SETTINGS_PERMS = [
     "delete_modelprice",
     "view_toolsetting",
     "change_toolsetting",
+    "view_scoreconfig",
+    "add_scoreconfig",
+    "change_scoreconfig",
+    "delete_scoreconfig",
 ]
 
 ROLE_PERMISSIONS: dict[str, list[str]] = {

@@ -21,7 +21,17 @@ from feedback import lifecycle, queue, quota
 from feedback.agent.sandbox import SandboxError, resolve
 from feedback.agent.tools.mcp import ListedTool, list_and_store, listed_tools
 from feedback.cron import check_schedule
-from feedback.models import Evaluation, InboxClaim, McpServer, Run, Task, ToolConfirmation, Workspace
+from feedback.models import (
+    Evaluation,
+    InboxClaim,
+    McpServer,
+    Run,
+    ScoreConfig,
+    ScoreValue,
+    Task,
+    ToolConfirmation,
+    Workspace,
+)
 from feedback.models.inbox import CLAIM_TTL
 from feedback.privacy import mask_text
 
@@ -280,10 +290,13 @@ def run_add_human_score(
     comment: str = "",
     corrected_answer: str = "",
     outcome: str = "",
+    score_values: Sequence[ScoreValue] = (),
 ) -> Evaluation:
     """A reviewer's score and, if they give one, their verdict on the task (``outcome``:
     accomplished or not_accomplished; "" leaves it to the evaluators). Both outrank the
-    automatic ones (see feedback/evaluation/chain.py); it counts as a human intervention."""
+    automatic ones (see feedback/evaluation/chain.py); it counts as a human intervention.
+    ``score_values`` are unsaved values of the score configurations, kept with the evaluation;
+    a required configuration without one, or a value outside its configuration, is refused."""
 
     if not user.has_perm("feedback.score_run"):
         raise PermissionDenied
@@ -292,6 +305,7 @@ def run_add_human_score(
     verdicts = {"": None, Run.Outcome.ACCOMPLISHED: True, Run.Outcome.NOT_ACCOMPLISHED: False}
     if outcome not in verdicts:
         raise ValueError("An outcome is accomplished, not_accomplished or none.")
+    _check_score_values(score_values)
     run = Run.objects.select_for_update().get(pk=run.pk)
     # Filed under the latest round so the page shows it beside the scores it overrides.
     latest = run.evaluations.aggregate(r=Max("round"))["r"] or 1
@@ -307,8 +321,24 @@ def run_add_human_score(
         author=user,
         accomplished=verdicts[outcome],
     )
+    for value in score_values:
+        value.evaluation = evaluation
+    ScoreValue.objects.bulk_create(score_values)
     lifecycle.run_scored(run=run, evaluations=[evaluation])
     return evaluation
+
+
+def _check_score_values(values: Sequence[ScoreValue]) -> None:
+    given = [value.config_id for value in values]
+    if len(given) != len(set(given)):
+        raise ValueError("One value per score configuration.")
+    for value in values:
+        if value.config.archived:
+            raise ValueError(f"{value.config} is archived.")
+        value.clean()  # ValidationError, whose message names the configuration and what it allows
+    missing = ScoreConfig.objects.filter(required=True, archived=False).exclude(pk__in=given)
+    if missing.exists():
+        raise ValueError("Required: " + ", ".join(str(config) for config in missing) + ".")
 
 
 @transaction.atomic

@@ -1,4 +1,5 @@
-"""The forms of the Settings pages: alert rules, MCP servers, model prices and tool settings.
+"""The forms of the Settings pages: alert rules, MCP servers, model prices, tool settings and
+score configurations.
 
 Each is a ModelForm, so the model's own checks (``clean()``: an alert rule's thresholds, an MCP
 server's transport and JSON shapes) run on what was typed, and a form with errors is shown again
@@ -11,7 +12,7 @@ from django import forms
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.utils.translation import gettext_lazy as _
 
-from feedback.models import AlertRule, McpServer, ModelPrice, ToolSetting
+from feedback.models import AlertRule, McpServer, ModelPrice, ScoreConfig, ToolSetting
 
 
 class AlertRuleForm(forms.ModelForm):
@@ -116,3 +117,34 @@ class ToolSettingForm(forms.ModelForm):
         model = ToolSetting
         fields = ["enabled", "timeout_seconds"]
         labels = {"enabled": _("enabled")}
+
+
+class CategoriesField(forms.CharField):
+    """A categorical score's labels, one per line, kept in the order typed."""
+
+    widget = forms.Textarea(attrs={"rows": 4})
+
+    def prepare_value(self, value):
+        return "\n".join(value) if isinstance(value, list) else value
+
+    def to_python(self, value) -> list[str]:
+        labels = []
+        for line in (super().to_python(value) or "").splitlines():
+            label = line.strip()
+            if len(label) > ScoreConfig.CATEGORY_MAX_LENGTH:
+                raise forms.ValidationError(
+                    _("A category has at most %(n)d characters.") % {"n": ScoreConfig.CATEGORY_MAX_LENGTH}
+                )
+            if label and label not in labels:
+                labels.append(label)
+        return labels
+
+
+class ScoreConfigForm(forms.ModelForm):
+    categories = CategoriesField(
+        label=_("categories"), required=False, help_text=_("Categories only: one per line, in the order shown.")
+    )
+
+    class Meta:
+        model = ScoreConfig
+        fields = ["name", "description", "data_type", "min_value", "max_value", "categories", "required", "archived"]

@@ -351,7 +351,7 @@ ENDPOINTS = {
     ("post", "/api/v1/tasks"), ("get", "/api/v1/workspaces"), ("get", "/api/v1/me"), ("get", "/api/v1/metrics"),
     ("get", "/api/v1/runs"), ("get", "/api/v1/runs/{run_id}"), ("get", "/api/v1/runs/{run_id}/steps"),
     ("get", "/api/v1/runs/{run_id}/steps/{index}"), ("post", "/api/v1/runs/{run_id}/score"),
-    ("post", "/api/v1/runs/{run_id}/rerun"), ("post", "/api/v1/runs/{run_id}/cancel"),
+    ("post", "/api/v1/runs/{run_id}/rerun"), ("post", "/api/v1/runs/{run_id}/cancel"), ("get", "/api/v1/score-configs"),
     ("get", "/api/v1/strategies"), ("get", "/api/v1/strategies/{strategy_id}"),
     ("post", "/api/v1/strategies/{strategy_id}/decisions"),
     ("get", "/api/v1/confirmations"), ("post", "/api/v1/confirmations/{confirmation_id}/decide"),

@@ -7,7 +7,17 @@ import pytest
 
 from feedback.api.urls import api
 from feedback.datasets.imports import dataset_import
-from feedback.models import ApiToken, Evaluation, Run, Step, Strategy, StrategyEvent, Task, ToolConfirmation
+from feedback.models import (
+    ApiToken,
+    Evaluation,
+    Run,
+    ScoreConfig,
+    Step,
+    Strategy,
+    StrategyEvent,
+    Task,
+    ToolConfirmation,
+)
 
 from .api_helpers import call, token_for
 from .conftest import make_user
@@ -47,6 +57,8 @@ TABLE = [
     ("POST", "/runs/{run}/score", {"score": 0.25, "outcome": "not_accomplished"},
      [401, 401, 401, 401, 403, 403, 403, 201, 403],
      lambda body, w: body["run"]["score"] == 0.25 and body["run"]["outcome"] == "not_accomplished"),
+    ("GET", "/score-configs", None, [401, 401, 401, 401, 403, 200, 200, 200, 200],
+     lambda body, w: [(c["name"], c["data_type"]) for c in body] == [("Tone", "boolean")]),
     ("POST", "/runs/{run}/rerun", None, [401, 401, 401, 401, 403, 404, 403, 403, 403], None),
     ("POST", "/runs/{run}/cancel", None, [401, 401, 401, 401, 403, 404, 403, 200, 403],
      lambda body, w: body["id"] == w["run"].pk and body["status"] == "cancelled"),
@@ -112,6 +124,7 @@ def world(demo_workspace):
     sums = dataset_import(
         name="sums", user=owner, fmt="jsonl", content='{"text": "What is 6 * 7?", "expected": 42, "checker": "numeric"}'
     )
+    ScoreConfig.objects.create(name="Tone", data_type="boolean")
     return {"run": run, "strategy": make_strategy(), "confirmation": confirmation, "dataset": sums.dataset}
 
 

@@ -74,7 +74,7 @@ def test_every_endpoint_has_the_token_limit(client, operator):
     assert call(client, "GET", "/me", token=token).status_code == 200
     document = client.get("/api/v1/openapi.json").json()
     operations = [(method, path) for path, ops in document["paths"].items() for method in ops]
-    assert len(operations) == 19
+    assert len(operations) == 20
     for method, path in operations:
         url = (
             path.removeprefix("/api/v1")
@@ -95,7 +95,7 @@ def test_the_openapi_document_states_the_limits(client):
     assert "`API_RATE_LIMIT` requests (here `100/hour`" in document["info"]["description"]
     assert "`API_AUTH_FAILURE_LIMIT` times (here `5/10min`)" in document["info"]["description"]
     answers = [op["responses"]["429"] for ops in document["paths"].values() for op in ops.values()]
-    assert len(answers) == 19
+    assert len(answers) == 20
     for answer in answers:
         header = answer["headers"]["Retry-After"]
         assert header["required"] is True and header["schema"] == {"type": "integer", "minimum": 1}

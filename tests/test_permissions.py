@@ -88,6 +88,10 @@ ACCESS = [
     ("feedback-settings-price-delete", "post", "model_price", [LOGIN, 403, 403, 302, 403]),
     ("feedback-settings-tool-list", "get", None, [LOGIN, 403, 403, 200, 403]),
     ("feedback-settings-tool-edit", "get", "tool_setting", [LOGIN, 403, 403, 200, 403]),
+    ("feedback-settings-score-list", "get", None, [LOGIN, 403, 403, 200, 403]),
+    ("feedback-settings-score-create", "post", None, [LOGIN, 403, 403, 400, 403]),
+    ("feedback-settings-score-edit", "get", "score_config", [LOGIN, 403, 403, 200, 403]),
+    ("feedback-settings-score-delete", "get", "score_config", [LOGIN, 403, 403, 200, 403]),
     # Everyone signed in has their own API tokens (a token can do what its account can); another
     # person's token is not found.
     ("feedback-api-tokens", "get", None, [LOGIN, 200, 200, 200, 200]),
@@ -134,7 +138,7 @@ def _kwargs(kind, run):
         from feedback.api.tokens import api_token_create
 
         return {"token_id": api_token_create(user=run.task.created_by, name="theirs", scope="write").token.pk}
-    if kind in ("alert_rule", "mcp_server", "model_price", "tool_setting"):
+    if kind in ("alert_rule", "mcp_server", "model_price", "tool_setting", "score_config"):
         from .test_settings_pages import settings_row
 
         return settings_row(kind)

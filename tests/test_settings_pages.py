@@ -13,7 +13,7 @@ from django.urls import reverse
 from feedback import costs, services
 from feedback.agent.tools import enabled_tools
 from feedback.alerts.messages import notification
-from feedback.models import AlertDelivery, AlertIncident, AlertRule, McpServer, ModelPrice, ToolSetting
+from feedback.models import AlertDelivery, AlertIncident, AlertRule, McpServer, ModelPrice, ScoreConfig, ToolSetting
 
 from .conftest import MCP_SERVER, make_user, mcp_server_processes
 
@@ -53,6 +53,9 @@ def settings_row(kind: str) -> dict:
             model_name="gpt-x", defaults={"input_per_million": 1, "output_per_million": 2}
         )
         return {"price_id": price.pk}
+    if kind == "score_config":
+        config, _ = ScoreConfig.objects.get_or_create(name="Tone", defaults={"data_type": "boolean"})
+        return {"config_id": config.pk}
     return {"setting_id": ToolSetting.objects.get_or_create(name="calculator")[0].pk}
 
 

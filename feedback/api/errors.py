@@ -43,9 +43,12 @@ def invalid(errors: dict[str, list[str]]) -> ApiError:
     return ApiError(400, _("The request is not valid: see errors."), errors=errors)
 
 
-def form_invalid(form: forms.Form) -> ApiError:
-    """The form's errors as a 400 (errors that concern no one field are under ``__all__``)."""
-    return invalid({field: [e["message"] for e in errors] for field, errors in form.errors.get_json_data().items()})
+def form_invalid(form: forms.Form, names: dict[str, str] | None = None) -> ApiError:
+    """The form's errors as a 400 (errors that concern no one field are under ``__all__``), each
+    under its field's name in the request (``names``, where it is not the form's)."""
+    names = names or {}
+    errors = form.errors.get_json_data().items()
+    return invalid({names.get(field, field): [e["message"] for e in listed] for field, listed in errors})
 
 
 def unauthorized(detail: str) -> ApiError:

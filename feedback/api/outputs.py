@@ -91,6 +91,24 @@ class AppliedStrategyOut(Out):
     arm: str
 
 
+class ScoreValueOut(Out):
+    name: str = path_field("config", "name")
+    data_type: str = path_field("config", "data_type")
+    value: bool | float | str = Field(description="A number, a category's label, or true / false")
+
+
+class ScoreConfigOut(Out):
+    id: int
+    name: str
+    description: str
+    data_type: str
+    min_value: float | None
+    max_value: float | None
+    categories: list[str]
+    required: bool
+    archived: bool
+
+
 class EvaluationOut(Out):
     id: int
     round: int
@@ -106,10 +124,15 @@ class EvaluationOut(Out):
     corrected_answer: str
     author: UserName
     created_at: datetime
+    scores: list[ScoreValueOut] = Field(description="A reviewer's values of the score configurations")
 
     @staticmethod
     def resolve_details(row: Evaluation) -> dict:
         return row.details or {}
+
+    @staticmethod
+    def resolve_scores(row: Evaluation) -> list:
+        return list(row.score_values.all())
 
 
 def _working_and_waited(run: Run) -> tuple[float | None, float | None]:

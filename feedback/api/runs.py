@@ -10,12 +10,13 @@ from ninja import Query, Router, Status
 
 from feedback import quota, selectors, services, traces
 from feedback.forms import HumanScoreForm, RunFilterForm
-from feedback.models import Run
+from feedback.forms.review import config_field_name
+from feedback.models import Run, ScoreConfig
 
 from .auth import require_perm, require_write, user_of
 from .cursors import decode_cursor, encode_cursor
 from .errors import ApiError, form_invalid, invalid, refusals
-from .outputs import RunListOut, RunOut, RunSummaryOut, ScoreOut, StepOut, StepPageOut
+from .outputs import RunListOut, RunOut, RunSummaryOut, ScoreConfigOut, ScoreOut, StepOut, StepPageOut
 from .schemas import RunQuery, ScoreIn, StepQuery
 
 router = Router(tags=["runs"])
@@ -104,12 +105,42 @@ def score_run(request: HttpRequest, run_id: int, payload: ScoreIn) -> Status:
     user = require_write(request)
     require_perm(user, "feedback.score_run")
     run = _visible_run(request, run_id)
-    form = HumanScoreForm(payload.model_dump())
+    form = HumanScoreForm({**payload.model_dump(exclude={"scores"}), **_config_fields(payload.scores)})
     if not form.is_valid():
-        raise form_invalid(form)
+        raise form_invalid(form, {config_field_name(c): f"scores.{c.name}" for c in form.score_configs})
     row = services.run_add_human_score(run=run, user=user, **form.cleaned_data)
     run.refresh_from_db()
     return Status(201, {"evaluation": row, "run": run})
+
+
+def _config_fields(scores: dict) -> dict:
+    """The API's ``scores`` by configuration name, as the form's fields (a boolean as 1 or 0)."""
+    fields = {config.name: config_field_name(config) for config in ScoreConfig.objects.filter(archived=False)}
+    unknown = sorted(set(scores) - set(fields))
+    if unknown:
+        known = ", ".join(fields) or _("none")
+        raise invalid(
+            {
+                "scores": [
+                    _("No score configuration is named %(names)s (there are: %(known)s).")
+                    % {"names": ", ".join(unknown), "known": known}
+                ]
+            }
+        )
+    return {fields[name]: int(value) if isinstance(value, bool) else value for name, value in scores.items()}
+
+
+@router.get(
+    "/score-configs",
+    response={200: list[ScoreConfigOut], **refusals()},
+    tags=["scores"],
+    summary="List score configurations",
+)
+def list_score_configs(request: HttpRequest) -> list[ScoreConfig]:
+    """What reviewers rate beside the 0-1 score, as operators defined it (Settings → Scores); the
+    archived ones too, flagged, since their values stay on the runs scored with them."""
+    _require_run_reader(request)
+    return list(ScoreConfig.objects.all())
 
 
 @router.post("/runs/{run_id}/rerun", response={201: RunSummaryOut, **refusals(400, 404)}, summary="Run again")

@@ -92,6 +92,14 @@ class ScoreIn(Body):
     outcome: Literal["accomplished", "not_accomplished", ""] = Field(
         "", description='Your verdict on the task; "" leaves it to the evaluators'
     )
+    scores: dict[Annotated[str, Field(max_length=100)], Annotated[bool, Strict()] | float | Text] = Field(
+        default_factory=dict,
+        max_length=50,
+        description=(
+            "Values of the score configurations (GET /score-configs), by name: a number within a numeric one's "
+            "range, one of a categorical one's categories, true or false for a boolean one"
+        ),
+    )
 
 
 class DecisionIn(Body):

@@ -6,7 +6,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from feedback.agent.guardrails import check_guardrails
-from feedback.models import Run, Task
+from feedback.models import Run, ScoreConfig, ScoreValue, Task
 from feedback.storable import validate_storable_json
 from feedback.strategies.conditions import check_condition
 
@@ -50,6 +50,48 @@ class HumanScoreForm(forms.Form):
         ],
         help_text=_("Your verdict outranks the evaluators', as your score does."),
     )
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # The operators' score configurations (Settings → Scores), after the fixed fields.
+        self.score_configs = list(ScoreConfig.objects.filter(archived=False))
+        for config in self.score_configs:
+            self.fields[config_field_name(config)] = score_config_field(config)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        values = []
+        for config in self.score_configs:
+            given = data.pop(config_field_name(config), None)
+            if given is None or given == "":
+                continue
+            if config.data_type == ScoreConfig.DataType.CATEGORICAL:
+                values.append(ScoreValue(config=config, label=given))
+            else:
+                values.append(ScoreValue(config=config, number=float(given)))
+        data["score_values"] = values
+        return data
+
+    def config_fields(self) -> list:
+        """The bound fields of the score configurations, for the templates that set them apart."""
+        return [self[config_field_name(config)] for config in self.score_configs]
+
+
+def config_field_name(config: ScoreConfig) -> str:
+    return f"config_{config.pk}"
+
+
+def score_config_field(config: ScoreConfig) -> forms.Field:
+    """The form field a configuration asks for: a bounded number, one of its categories, or yes / no."""
+    common = {"label": config.name, "required": config.required, "help_text": config.description}
+    if config.data_type == ScoreConfig.DataType.CATEGORICAL:
+        choices = [("", "—"), *((c, c) for c in config.categories)]
+        return forms.ChoiceField(choices=choices, **common)
+    if config.data_type == ScoreConfig.DataType.BOOLEAN:
+        choices = [("", "—"), ("1", _("Yes")), ("0", _("No"))]
+        return forms.TypedChoiceField(choices=choices, coerce=int, empty_value=None, **common)
+    # The bounds become the input's min and max, so the browser checks them as the form does.
+    return forms.FloatField(min_value=config.min_value, max_value=config.max_value, **common)
 
 
 class StrategyDecisionForm(forms.Form):

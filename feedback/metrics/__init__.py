@@ -35,6 +35,7 @@ is not a change the rebuild sees: ``rebuild_daily_stats`` recounts everything.
 - ``counts``: the per-period counts, live and from the daily rows;
 - ``figures``: the scores, errors, interventions, costs and strategies built from them;
 - ``precision``: the outcome's precision against dataset checkers (dataset runs only);
+- ``scores``: the reviewers' values of the score configurations (counted live);
 - ``tools``: the per-tool figures and their latency histograms;
 - ``daily``: the rebuild of closed days.
 
@@ -65,6 +66,7 @@ from .figures import (
     strategy_effectiveness,
 )
 from .precision import outcome_precision
+from .scores import reviewer_scores
 from .tools import tool_stats
 from .window import ENDED, GRANULARITIES, Window, built_days, rate, split_window, whole_days
 
@@ -91,6 +93,7 @@ __all__ = [
     "rate",
     "repeated_error_summary",
     "repeated_error_trend",
+    "reviewer_scores",
     "run_counts",
     "run_had_error",
     "runs_with_intervention_flags",

@@ -10,6 +10,7 @@ from .lock import JobLock
 from .mcp import McpServer, McpToolOverride
 from .playground import PlaygroundRun
 from .run import AppliedStrategy, Run
+from .score import ScoreConfig, ScoreValue
 from .stats import DailyRunStats, DailyToolLatency, DailyToolStats
 from .step import Step, StepAttempt
 from .strategy import Strategy, StrategyEvent, StrategyVersion
@@ -43,6 +44,8 @@ __all__ = [
     "ModelPrice",
     "PlaygroundRun",
     "Run",
+    "ScoreConfig",
+    "ScoreValue",
     "Step",
     "StepAttempt",
     "Strategy",

@@ -1,9 +1,20 @@
 """The runs a person should score, and a run's evaluations."""
 
-from django.db.models import BooleanField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models import (
+    BooleanField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
 from django.db.models.functions import Coalesce
 
-from feedback.models import Evaluation, EvaluationProfile, Run
+from feedback.models import Evaluation, EvaluationProfile, Run, ScoreValue
 
 # Judge and rule scores further apart than this mean the evaluators disagree: a person decides.
 DISAGREEMENT = 0.5
@@ -68,4 +79,5 @@ def review_queue() -> QuerySet[Run]:
 
 def run_evaluations(run: Run) -> QuerySet[Evaluation]:
     """Every evaluation of the run, newest round first: the history the run page shows."""
-    return run.evaluations.select_related("author").order_by("-round", "kind", "id")
+    values = Prefetch("score_values", ScoreValue.objects.select_related("config"))
+    return run.evaluations.select_related("author").prefetch_related(values).order_by("-round", "kind", "id")

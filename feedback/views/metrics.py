@@ -71,6 +71,7 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
         "cost_by_kind": metrics.cost_by_kind(window),
         # Dataset runs only (experiments), never production ones; None without dataset checkers.
         "outcome_precision": metrics.outcome_precision(window),
+        "reviewer_scores": metrics.reviewer_scores(window),
         # The table lists the periods that had runs, newest first; the charts show every period.
         "rows": [row for row in zip(scores, errors, interventions, costs, strict=True) if row[2]["runs"]][::-1],
         "tools": tools,

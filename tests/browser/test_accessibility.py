@@ -12,7 +12,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from feedback.evaluation.chain import evaluate_run
-from feedback.models import Step, Strategy, StrategyVersion, ToolConfirmation
+from feedback.models import ScoreConfig, Step, Strategy, StrategyVersion, ToolConfirmation
 
 from ..factories import make_finished_run, make_run
 from .conftest import log_in
@@ -73,6 +73,10 @@ def _history(user) -> dict:
         condition={"task_kind": "file_analysis"},
         guardrails=[],
     )
+    # The score form and the Settings pages with a configuration of each type.
+    ScoreConfig.objects.create(name="Stars", data_type="numeric", min_value=1, max_value=5, description="1 to 5")
+    ScoreConfig.objects.create(name="Problem", data_type="categorical", categories=["None", "Wrong file"])
+    ScoreConfig.objects.create(name="Helpful", data_type="boolean", required=True)
     return {"runs": runs, "waiting": waiting, "strategy": strategy}
 
 
@@ -98,6 +102,12 @@ def _pages(history: dict) -> list[str]:
         reverse("feedback-alert-list"),
         reverse("feedback-alert-rule-list"),
         reverse("feedback-api-tokens"),
+        reverse("feedback-settings-score-list"),
+        reverse("feedback-settings-score-create"),
+        reverse("feedback-settings-mcp-list"),
+        reverse("feedback-settings-price-list"),
+        reverse("feedback-settings-tool-list"),
+        reverse("feedback-settings-alert-rule-create"),
         "/no-such-page/",
     ]
 
