@@ -44,6 +44,8 @@ def outcome_precision(window: Window) -> dict:
     pairs = []
     for run in sample:
         verdict = checker_verdict(run)
-        outcome = run_outcome(run, rows.get(run.pk, []), use_checker=False)
-        pairs.append((outcome, None if verdict is None else bool(verdict.passed)))
+        # A run without a verdict counts nowhere (precision() drops it): its outcome, which may
+        # cost a query of its steps, is not worth deciding.
+        if verdict is not None:
+            pairs.append((run_outcome(run, rows.get(run.pk, []), use_checker=False), bool(verdict.passed)))
     return precision(pairs)

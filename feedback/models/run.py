@@ -101,6 +101,9 @@ class Run(models.Model):
     class Meta:
         indexes = [
             models.Index(fields=["-created_at", "-id"], name="run_recent"),
+            # The metrics page's outcome precision reads the window's latest experiment runs;
+            # without it PostgreSQL scanned every run of the window (25 ms a page at 100,000 runs).
+            models.Index(fields=["purpose", "-created_at"], name="run_purpose_recent"),
             # The run list's filters, in its order (newest first, id breaking ties) so a page and
             # a keyset "after (created_at, id)" are one index range scan, at any depth.
             models.Index(fields=["status", "-created_at", "-id"], name="run_status_recent"),
