@@ -4,7 +4,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from feedback import models, services, throttle
+from feedback import models, settings_services, throttle
 from feedback.agent.tools import ToolError
 from feedback.agent.tools.mcp import listed_tools
 from feedback.api import tokens as api_tokens
@@ -166,7 +166,7 @@ class McpServerAdmin(admin.ModelAdmin):
 
     def _list(self, request, server: models.McpServer) -> None:
         try:
-            rows = services.mcp_server_list_tools(server=server)
+            rows = settings_services.mcp_server_list_tools(server=server)
         except ToolError as exc:
             self.message_user(
                 request,
@@ -192,7 +192,9 @@ class McpServerAdmin(admin.ModelAdmin):
     def save_related(self, request, form, formsets, change) -> None:
         super().save_related(request, form, formsets, change)
         server = form.instance
-        if server.enabled and (not server.listed_at or services.MCP_CONNECTION_FIELDS & set(form.changed_data)):
+        if server.enabled and (
+            not server.listed_at or settings_services.MCP_CONNECTION_FIELDS & set(form.changed_data)
+        ):
             self._list(request, server)
 
 

@@ -212,7 +212,7 @@ class McpHttpProcess:
 
 def register_mcp_server(name: str = "team", *flags: str, url: str = "", **fields):
     """tests/mcp_server.py registered as an operator would (stdio unless a URL is given), listed."""
-    from feedback import services
+    from feedback import settings_services
     from feedback.models import McpServer
 
     if url:
@@ -220,7 +220,7 @@ def register_mcp_server(name: str = "team", *flags: str, url: str = "", **fields
     else:
         fields.update(command=sys.executable, args=[str(MCP_SERVER), "stdio", *flags])
     server = McpServer.objects.create(name=name, timeout_seconds=30, **fields)
-    services.mcp_server_list_tools(server=server)
+    settings_services.mcp_server_list_tools(server=server)
     server.refresh_from_db()
     return server
 

@@ -10,7 +10,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.urls import reverse
 
-from feedback import costs, services
+from feedback import costs, settings_services
 from feedback.agent.tools import enabled_tools
 from feedback.alerts.messages import notification
 from feedback.models import AlertDelivery, AlertIncident, AlertRule, McpServer, ModelPrice, ScoreConfig, ToolSetting
@@ -236,7 +236,7 @@ def test_test_connection_shows_why_a_server_cannot_be_reached(as_operator):
 
 
 def test_test_connection_of_a_server_that_hangs_stops_at_the_tests_bound(as_operator, monkeypatch):
-    monkeypatch.setattr(services, "MCP_TEST_TIMEOUT_SECONDS", 2.0)
+    monkeypatch.setattr(settings_services, "MCP_TEST_TIMEOUT_SECONDS", 2.0)
     server = McpServer.objects.create(
         name="wedged", command=sys.executable, args=[str(MCP_SERVER), "stdio", "--hang-at-start"], timeout_seconds=600
     )

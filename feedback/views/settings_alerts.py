@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from feedback import services
+from feedback import settings_services
 from feedback.models import AlertRule
 from feedback.settings_forms import AlertRuleForm
 
@@ -39,7 +39,7 @@ def alert_rule_edit(request: HttpRequest, rule_id: int) -> HttpResponse:
 @require_POST
 @permission_required("feedback.change_alertrule", raise_exception=True)
 def alert_rule_toggle(request: HttpRequest, rule_id: int) -> HttpResponse:
-    rule = services.alert_rule_toggle(rule=get_object_or_404(AlertRule, pk=rule_id), by=request.user)
+    rule = settings_services.alert_rule_toggle(rule=get_object_or_404(AlertRule, pk=rule_id), by=request.user)
     if rule.enabled:
         messages.success(request, _("“%(name)s” is on: beat checks it every minute.") % {"name": rule.name})
     else:

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 
-from feedback import services
+from feedback import settings_services
 
 FORM_TEMPLATE = "feedback/settings/form.html"
 DELETE_TEMPLATE = "feedback/settings/confirm_delete.html"
@@ -31,7 +31,7 @@ def edit_page(
     # Not ``request.POST or None``: a form of checkboxes all unticked posts nothing, and is a save.
     form = form_class(request.POST if request.method == "POST" else None, instance=instance)
     if request.method == "POST" and form.is_valid():
-        saved = services.setting_save(form=form, by=request.user)
+        saved = settings_services.setting_save(form=form, by=request.user)
         messages.success(request, _("“%(name)s” is saved.") % {"name": saved})
         return redirect(back_url)
     status = 400 if form.is_bound else 200

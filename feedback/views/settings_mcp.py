@@ -7,7 +7,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from feedback import services
+from feedback import settings_services
 from feedback.agent.tools.base import ToolError
 from feedback.agent.tools.mcp import listed_tools
 from feedback.models import McpServer
@@ -73,7 +73,7 @@ def mcp_server_test(request: HttpRequest, server_id: int) -> HttpResponse:
     tools, or what went wrong. The page sends it with htmx and gets the server's result box back."""
     server = get_object_or_404(McpServer.objects.prefetch_related("overrides"), pk=server_id)
     try:
-        test = {"ok": True, "tools": services.mcp_server_test_connection(server=server)}
+        test = {"ok": True, "tools": settings_services.mcp_server_test_connection(server=server)}
     except ToolError as exc:
         test = {"ok": False, "error": str(exc)}
     if request.htmx:
