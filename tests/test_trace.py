@@ -49,8 +49,9 @@ def test_a_run_of_5000_steps_renders_only_its_first_page(client, operator, long_
     client.force_login(operator)
     url = reverse("feedback-run-detail", args=[long_run.pk])
     # N+1 guarded: the trace page reads each step's attempts, child runs, confirmations and
-    # evaluations once for the page, not once per step (100 here) nor per step that went wrong (10).
-    with django_assert_max_num_queries(13):
+    # evaluations (with their reviewers' score values) once for the page, not once per step (100
+    # here) nor per step that went wrong (10).
+    with django_assert_max_num_queries(14):
         response = client.get(url)
     html = response.content.decode()
     assert html.count('class="step ') == TRACE_PAGE_SIZE
@@ -267,8 +268,8 @@ def test_a_filtered_trace_pages_by_keyset_with_its_filter(client, operator, djan
     client.force_login(operator)
     url = reverse("feedback-run-detail", args=[run.pk])
     # N+1 guarded: a filtered page of a 10,000-step trace reads only its own steps' attempts and
-    # sub-agent runs, not one query per step.
-    with django_assert_max_num_queries(13):
+    # sub-agent runs, not one query per step (and the evaluations' score values once).
+    with django_assert_max_num_queries(14):
         html = client.get(url, {"q": "77", "problems": "0"}).content.decode()
     # "77" is in the arguments ("i + 1") or the result (i + 1) of a few hundred steps: the first 100.
     matching = [i for i in range(10_000) if "77" in str(i) or "77" in str(i + 1)]

@@ -26,24 +26,29 @@ class ConfigFigures:
 
 
 def reviewer_scores(window: Window) -> list[ConfigFigures]:
-    """One entry per configuration that is live or has values in the window, in the list's order."""
+    """One entry per configuration that is live or has values in the window, in the list's order.
+    Two queries: the configurations, and every value grouped by configuration and label."""
+    configs = list(ScoreConfig.objects.all())
+    if not configs:
+        return []
     newer = ScoreValue.objects.filter(
         config=OuterRef("config"),
         evaluation__run=OuterRef("evaluation__run"),
         evaluation_id__gt=OuterRef("evaluation_id"),
     )
     values = ScoreValue.objects.filter(evaluation__run__in=window.runs()).exclude(Exists(newer))
-    numbers = {
-        row["config"]: row
-        for row in values.filter(label="")
-        .values("config")
-        .annotate(runs=Count("id"), mean=Avg("number"), low=Min("number"), high=Max("number"))
-    }
+    grouped = values.values("config", "label").annotate(
+        runs=Count("id"), mean=Avg("number"), low=Min("number"), high=Max("number")
+    )
+    numbers: dict[int, dict] = {}
     labels: dict[int, dict[str, int]] = {}
-    for row in values.exclude(label="").values("config", "label").annotate(runs=Count("id")):
-        labels.setdefault(row["config"], {})[row["label"]] = row["runs"]
+    for row in grouped.order_by():
+        if row["label"]:
+            labels.setdefault(row["config"], {})[row["label"]] = row["runs"]
+        else:
+            numbers[row["config"]] = row
     figures = []
-    for config in ScoreConfig.objects.all():
+    for config in configs:
         if config.archived and config.pk not in numbers and config.pk not in labels:
             continue
         entry = ConfigFigures(config=config)
