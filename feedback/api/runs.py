@@ -105,7 +105,9 @@ def score_run(request: HttpRequest, run_id: int, payload: ScoreIn) -> Status:
     user = require_write(request)
     require_perm(user, "feedback.score_run")
     run = _visible_run(request, run_id)
-    form = HumanScoreForm({**payload.model_dump(exclude={"scores"}), **_config_fields(payload.scores)})
+    configs = list(ScoreConfig.objects.filter(archived=False))
+    data = {**payload.model_dump(exclude={"scores"}), **_config_fields(configs, payload.scores)}
+    form = HumanScoreForm(data, configs=configs)
     if not form.is_valid():
         raise form_invalid(form, {config_field_name(c): f"scores.{c.name}" for c in form.score_configs})
     row = services.run_add_human_score(run=run, user=user, **form.cleaned_data)
@@ -113,9 +115,9 @@ def score_run(request: HttpRequest, run_id: int, payload: ScoreIn) -> Status:
     return Status(201, {"evaluation": row, "run": run})
 
 
-def _config_fields(scores: dict) -> dict:
+def _config_fields(configs: list[ScoreConfig], scores: dict) -> dict:
     """The API's ``scores`` by configuration name, as the form's fields (a boolean as 1 or 0)."""
-    fields = {config.name: config_field_name(config) for config in ScoreConfig.objects.filter(archived=False)}
+    fields = {config.name: config_field_name(config) for config in configs}
     unknown = sorted(set(scores) - set(fields))
     if unknown:
         known = ", ".join(fields) or _("none")

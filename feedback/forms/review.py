@@ -51,10 +51,11 @@ class HumanScoreForm(forms.Form):
         help_text=_("Your verdict outranks the evaluators', as your score does."),
     )
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, configs: list[ScoreConfig] | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        # The operators' score configurations (Settings → Scores), after the fixed fields.
-        self.score_configs = list(ScoreConfig.objects.filter(archived=False))
+        # The operators' live score configurations (Settings → Scores), after the fixed fields;
+        # ``configs`` when the caller has read them already.
+        self.score_configs = list(ScoreConfig.objects.filter(archived=False)) if configs is None else configs
         for config in self.score_configs:
             self.fields[config_field_name(config)] = score_config_field(config)
 
@@ -71,10 +72,6 @@ class HumanScoreForm(forms.Form):
                 values.append(ScoreValue(config=config, number=float(given)))
         data["score_values"] = values
         return data
-
-    def config_fields(self) -> list:
-        """The bound fields of the score configurations, for the templates that set them apart."""
-        return [self[config_field_name(config)] for config in self.score_configs]
 
 
 def config_field_name(config: ScoreConfig) -> str:

@@ -156,14 +156,6 @@ class ScoreValue(models.Model):
             raise ValidationError(_("%(name)s is between %(range)s.") % {"name": config, "range": config.range_label})
 
     @property
-    def display(self) -> str:
-        if self.label:
-            return self.label
-        if self.config.data_type == ScoreConfig.DataType.BOOLEAN:
-            return str(_("Yes") if self.number else _("No"))
-        return f"{self.number:g}"
-
-    @property
     def value(self) -> float | str | bool:
         """As the API gives it: a number, a category's label, or true / false."""
         if self.label:
@@ -171,3 +163,11 @@ class ScoreValue(models.Model):
         if self.config.data_type == ScoreConfig.DataType.BOOLEAN:
             return bool(self.number)
         return self.number
+
+    @property
+    def display(self) -> str:
+        """As the pages show it."""
+        value = self.value
+        if isinstance(value, bool):
+            return str(_("Yes") if value else _("No"))
+        return f"{value:g}" if isinstance(value, float) else value
