@@ -290,6 +290,8 @@ def trial_stats(strategy: Strategy) -> TrialStats:
         AppliedStrategy.objects.filter(strategy_version__strategy=strategy, run__purpose=Run.Purpose.PRODUCTION)
         .exclude(arm=AppliedStrategy.Arm.ACTIVE)
         .annotate(had_error=Exists(error_steps(OuterRef("run"))))
+        # In the runs' order, so the strata are listed as their first runs came, on any database.
+        .order_by("run_id")
         .values_list("arm", "run__status", "run__score", "had_error", "run__tokens_in", "run__tokens_out",
                      "run__started_at", "run__finished_at", "run__cost", "run__task_kind", "run__task__text")
     )  # fmt: skip
