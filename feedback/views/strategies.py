@@ -131,10 +131,11 @@ def strategy_detail(request: HttpRequest, strategy_id: int) -> HttpResponse:
         }
         edit_form = StrategyEditForm(initial=initial)
     number = request.GET.get("insights_version", "")
-    context = _detail_context(strategy, edit_form=edit_form, insights_version=int(number) if number.isdigit() else None)
-    if request.htmx and number:
+    number = int(number) if number.isascii() and number.isdecimal() else None
+    context = _detail_context(strategy, edit_form=edit_form, insights_version=number)
+    if request.htmx and "insights_version" in request.GET:
         # One version's insight changes, for the version links of the insight list.
-        context["changes"] = selectors.insight_changes(strategy, int(number))
+        context["changes"] = selectors.insight_changes(strategy, number) if number is not None else None
         return render(request, "feedback/strategy_detail.html#insight-changes", context)
     return render(request, "feedback/strategy_detail.html", context)
 
@@ -168,7 +169,7 @@ def strategy_adopt_version(request: HttpRequest, strategy_id: int) -> HttpRespon
     strategy = selectors.strategy_detail(strategy_id)
     number = request.POST.get("number", "")
     try:
-        if not number.isdigit():
+        if not (number.isascii() and number.isdecimal()):
             raise ValidationError(_("Say which version to adopt."))
         services.strategy_version_adopt(
             strategy=strategy, number=int(number), reviewer=request.user, reason=request.POST.get("reason", "")[:2000]
