@@ -119,3 +119,25 @@ def test_the_template_setting_keeps_the_rules(endpoint, settings):
     a_pair()
     insights_update(window_days=30)
     assert endpoint.requests == [] and InsightPair.objects.get().writer == "rules"
+
+
+def test_a_live_list_reaches_the_model_in_the_system_prompt(endpoint):
+    from feedback.agent.loop import execute_run
+
+    from .factories import make_run
+
+    a_pair()
+    endpoint.script = [reply({"op": "ADD", "index": 0, "text": "Call the calculator before answering."})]
+    [strategy] = insights_update(window_days=30)
+    Strategy.objects.filter(pk=strategy.pk).update(status=Strategy.Status.ACTIVE)
+    endpoint.script = [completion("12 + 30 = 42")]
+    run = make_run(text="What is 12 + 30?")
+    execute_run(run.pk)
+    system = endpoint.requests[-1]["messages"][0]
+    assert system["role"] == "system" and system["content"].endswith(
+        "Insights from comparing failed and successful runs of similar tasks (best confirmed first):\n"
+        "- Call the calculator before answering."
+    )
+    run.refresh_from_db()
+    assert run.system_prompt == system["content"]
+    assert run.applied_strategies.get().strategy_version == strategy.current_version

@@ -39,7 +39,6 @@ from .strata import task_template
 logger = logging.getLogger(__name__)
 PAIRS_PER_UPDATE = 8
 CANDIDATES = 200  # succeeding runs of a kind a failing run is matched against (the newest)
-LIVE = (Strategy.Status.EXPERIMENT, Strategy.Status.TRIAL, Strategy.Status.ACTIVE)
 _DECIDED_AGAINST = (Strategy.Status.REJECTED, Strategy.Status.ROLLED_BACK)
 
 
