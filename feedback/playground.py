@@ -73,6 +73,8 @@ def playground_rerun(
 
 def add_edit(injection: "Injection", run: Run) -> None:
     """Add the playground run's edit to ``injection`` (called when the run starts)."""
+    from feedback.strategies.injection import insights_in_order  # late: injection imports this module
+
     edit = PlaygroundRun.objects.select_related("strategy_version").filter(run=run).first()
     if edit is None:
         return
@@ -85,6 +87,8 @@ def add_edit(injection: "Injection", run: Run) -> None:
         injection.guardrails.extend(g for g in version.guardrails if isinstance(g, dict))
         if version.worked_example:
             injection.examples.append(version.worked_example)
+        texts = [item["text"] for item in insights_in_order(version.insights)]
+        injection.insights = [i for i in injection.insights if i not in texts] + texts
     if edit.guidance:
         injection.guidance.append(edit.guidance)
     if edit.system_prompt:

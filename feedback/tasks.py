@@ -119,9 +119,12 @@ def mcp_listings_refresh_task() -> None:
 @shared_task(ignore_result=True, soft_time_limit=600)
 def strategies_mine_task() -> None:
     # Beat's hourly job and the "Analyse now" button: the configured window, read when it runs.
+    # The patterns' proposals, then the insight lists' updates from failure/success pairs.
+    from feedback.strategies.insights import insights_update
     from feedback.strategies.proposals import mine_and_propose
 
     mine_and_propose(window_days=settings.STRATEGY_MINING_WINDOW_DAYS)
+    insights_update(window_days=settings.STRATEGY_MINING_WINDOW_DAYS)
 
 
 @shared_task(ignore_result=True)

@@ -70,6 +70,7 @@ urlpatterns = [
     path("strategies/<int:strategy_id>/", strategies.strategy_detail, name="feedback-strategy-detail"),
     path("strategies/<int:strategy_id>/decide/", strategies.strategy_decide, name="feedback-strategy-decide"),
     path("strategies/<int:strategy_id>/edit/", strategies.strategy_edit, name="feedback-strategy-edit"),
+    path("strategies/<int:strategy_id>/adopt/", strategies.strategy_adopt_version, name="feedback-strategy-adopt"),
     path(
         "strategies/<int:strategy_id>/roll-back-harm/",
         strategies.strategy_roll_back_harm,

@@ -93,6 +93,8 @@ def _view_cases():
         ("post", "feedback-task-submit", "staff", list(feedback_forms.TaskForm.base_fields)),
         ("post", "feedback-strategy-decide", "reviewer", list(feedback_forms.StrategyDecisionForm.base_fields)),
         ("post", "feedback-strategy-edit", "reviewer", list(feedback_forms.StrategyEditForm.base_fields)),
+        ("post", "feedback-strategy-adopt", "reviewer", ["number", "reason"]),
+        ("get", "feedback-strategy-detail", "operator", ["insights_version"]),
         ("post", "feedback-strategies-schedule", "reviewer", ["every_minutes"]),
         ("post", "feedback-confirmation-decide", "reviewer", ["decision", "reason"]),
         ("post", "feedback-run-score", "reviewer", list(feedback_forms.HumanScoreForm.base_fields)),
@@ -119,6 +121,8 @@ def test_views_answer_any_input_without_a_server_error(client, method, name, rol
     kwargs = {
         "feedback-strategy-decide": {"strategy_id": make_strategy().pk},
         "feedback-strategy-edit": {"strategy_id": make_strategy().pk},
+        "feedback-strategy-adopt": {"strategy_id": make_strategy().pk},
+        "feedback-strategy-detail": {"strategy_id": make_strategy().pk},
         "feedback-confirmation-decide": {
             "confirmation_id": ToolConfirmation.objects.create(
                 run=run, turn=1, tool_call_id="c1", tool_name="send_reply", arguments={}

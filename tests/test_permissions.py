@@ -38,6 +38,8 @@ ACCESS = [
     ("feedback-strategy-detail", "get", "strategy", [LOGIN, 403, 403, 200, 200]),
     ("feedback-strategy-decide", "post", "strategy", [LOGIN, 403, 403, 403, 302]),
     ("feedback-strategy-edit", "post", "strategy", [LOGIN, 403, 403, 403, 400]),
+    # A newer version (an insight list's update) made the one in use: refused with a message here.
+    ("feedback-strategy-adopt", "post", "strategy", [LOGIN, 403, 403, 403, 302]),
     # One click from the harmful-active-strategy alert (refused with a message when there is no harm).
     ("feedback-strategy-roll-back-harm", "post", "strategy", [LOGIN, 403, 403, 403, 302]),
     ("feedback-strategies-demo-report", "get", None, [LOGIN, 403, 403, 200, 200]),

@@ -30,7 +30,6 @@ from .guardrails import Decision, Guardrails
 from .invoker import Outcome, invoke, parse_arguments, strict_json
 from .lease import Heartbeat, LeaseLost, claim_run, load_run, new_lease
 from .llm import ChatModel, ModelCall, ToolCall, apply_tool_mode, call_model, get_model
-from .prompts import build_system_prompt
 from .recorder import Recorder, retrying, storable
 from .reflection import reflect
 from .retrieval import select_tools
@@ -85,7 +84,7 @@ class AgentLoop:
             offerable = {name: tool for name, tool in offerable.items() if name != "delegate"}
         self.tools, method = select_tools(self.run.task.text, offerable)
         self.record.update_run(
-            system_prompt=injection.system_prompt or build_system_prompt(injection.guidance, injection.examples),
+            system_prompt=injection.system_prompt_text(),
             llm_backend=self.model.backend,
             model_name=self.model.name,
             tools_offered=sorted(self.tools),

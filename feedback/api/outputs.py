@@ -260,6 +260,7 @@ class VersionOut(Out):
     condition: dict[str, Any]
     guardrails: list[Any]
     worked_example: str
+    insights: list[Any] = Field(description="An insight list's insights ({id, text, votes}), best voted first")
     author: UserName
     created_at: datetime
 

@@ -13,7 +13,7 @@ from .run import AppliedStrategy, Run
 from .score import ScoreConfig, ScoreValue
 from .stats import DailyRunStats, DailyToolLatency, DailyToolStats
 from .step import Step, StepAttempt
-from .strategy import Strategy, StrategyEvent, StrategyVersion
+from .strategy import InsightPair, Strategy, StrategyEvent, StrategyVersion
 from .task import Task, Workspace
 from .token import ApiToken
 from .tool import ToolConfirmation, ToolSetting
@@ -37,6 +37,7 @@ __all__ = [
     "ExperimentPair",
     "IdempotencyKey",
     "InboxClaim",
+    "InsightPair",
     "JobLock",
     "LoginFailures",
     "McpServer",

@@ -29,6 +29,8 @@ class Strategy(models.Model):
         EVALUATOR_FEEDBACK = "evaluator_feedback", _("Evaluator feedback")
         MALFORMED_REPLY = "malformed_reply", _("Malformed or empty model reply")
         MANUAL = "manual", _("Written by a person")
+        # One per task kind: a list of insights with votes, updated from failure/success pairs.
+        INSIGHTS = "insights", _("Insights from failure/success pairs")
 
     # The lifecycle: anything not listed here is an illegal transition.
     TRANSITIONS: dict[str, frozenset[str]] = {
@@ -132,6 +134,8 @@ class StrategyVersion(models.Model):
     # [{"type": "tool_precondition", "tool": ..., "requires": ...}, ...] enforced by the engine.
     guardrails = StorableJSONField(_("guardrails"), default=list, blank=True)
     worked_example = models.TextField(_("worked example"), blank=True)
+    # An insight list (strategies/insights.py): [{"text": ..., "votes": n}, ...], best voted first.
+    insights = StorableJSONField(_("insights"), default=list, blank=True)
     author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -146,8 +150,13 @@ class StrategyVersion(models.Model):
         # The admin edits versions in place: the same checks as the edit service's.
         from feedback.agent.guardrails import check_guardrails
         from feedback.strategies.conditions import check_condition
+        from feedback.strategies.insight_ops import check_insights
 
-        errors = {"condition": check_condition(self.condition), "guardrails": check_guardrails(self.guardrails)}
+        errors = {
+            "condition": check_condition(self.condition),
+            "guardrails": check_guardrails(self.guardrails),
+            "insights": check_insights(self.insights),
+        }
         if any(errors.values()):
             raise ValidationError({field: problems for field, problems in errors.items() if problems})
 
@@ -161,6 +170,7 @@ class StrategyVersion(models.Model):
             "condition": self.condition,
             "guardrails": self.guardrails,
             "worked_example": self.worked_example,
+            "insights": self.insights,
         }
 
 
@@ -179,6 +189,8 @@ class StrategyEvent(models.Model):
         PROMOTE_OVERRIDE = "promote_override", _("Promoted against the verdict (override)")
         ROLL_BACK = "roll_back", _("Rolled back")
         AUTO_ROLL_BACK = "auto_roll_back", _("Rolled back automatically")
+        # A newer version (an insight list's update of a live strategy) made the current one.
+        ADOPT = "adopt", _("Adopted a newer version")
 
     strategy = models.ForeignKey(Strategy, on_delete=models.PROTECT, related_name="events")
     version = models.ForeignKey(StrategyVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="events")
@@ -203,3 +215,31 @@ class StrategyEvent(models.Model):
 
     def delete(self, *args, **kwargs):
         raise ValidationError("Audit events are append-only.")
+
+
+class InsightPair(models.Model):
+    """One failure/success pair of a task kind, compared once for its kind's insight list: what the
+    writer said (its operations, those ignored and why) and the model call it took, if any."""
+
+    task_kind = models.CharField(max_length=32)
+    # Each failing run is compared once (with the most similar success then at hand).
+    failing_run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="insight_pair")
+    succeeding_run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    # None until the kind has an insight list (a first pair may change nothing).
+    strategy = models.ForeignKey(
+        Strategy, null=True, blank=True, on_delete=models.CASCADE, related_name="insight_pairs"
+    )
+    # The version its operations went into; None when they changed nothing.
+    version = models.ForeignKey(StrategyVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    operations = models.JSONField(default=list, blank=True)  # those applied: [{"op", "index", "text"}]
+    ignored = models.JSONField(default=list, blank=True)  # [{"operation": ..., "reason": ...}]
+    # "rules" or "model"; for the model: its name, format, tokens, duration_ms and any error.
+    writer = models.CharField(max_length=16)
+    call = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.task_kind}: run {self.failing_run_id} against {self.succeeding_run_id}"

@@ -22,7 +22,7 @@ from .run_listing import (
     search_runs,
 )
 from .runs import run_applied_strategies, run_visible_to, runs_visible_to
-from .strategies import strategy_detail, strategy_list, strategy_prompt_diff
+from .strategies import insight_changes, strategy_detail, strategy_list, strategy_prompt_diff
 from .workspaces import workspaces_usable_by
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "confirmations_waiting",
     "disk_figures",
     "filter_runs",
+    "insight_changes",
     "review_queue",
     "run_applied_strategies",
     "run_cursor",

@@ -11,9 +11,15 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
+from feedback.agent.prompts import build_system_prompt
 from feedback.models import AppliedStrategy, Run, Strategy, StrategyVersion
 
 from .conditions import matches
+
+
+def insights_in_order(insights: list[dict]) -> list[dict]:
+    """Best voted first (a stored list is; one edited by hand in the admin may not be)."""
+    return sorted((i for i in insights if isinstance(i, dict)), key=lambda i: -int(i.get("votes") or 0))
 
 
 def trial_arm(strategy_id: int, run_id: int, fraction: float) -> str:
@@ -26,6 +32,8 @@ def trial_arm(strategy_id: int, run_id: int, fraction: float) -> str:
 class Injection:
     guidance: list[str] = field(default_factory=list)
     examples: list[str] = field(default_factory=list)
+    # Insight lists' texts, best voted first (feedback/strategies/insights.py).
+    insights: list[str] = field(default_factory=list)
     guardrails: list[dict] = field(default_factory=list)
     applied: list[tuple[StrategyVersion, str]] = field(default_factory=list)
     # Another model for this run (an experiment's treatment arm); "" keeps the configured one.
@@ -33,11 +41,19 @@ class Injection:
     # A whole system prompt written by a person (the playground); "" builds it from the above.
     system_prompt: str = ""
 
+    def system_prompt_text(self) -> str:
+        """The system prompt a run with this injection is given."""
+        return self.system_prompt or build_system_prompt(self.guidance, self.examples, self.insights)
+
     def add(self, version: StrategyVersion, arm: str) -> None:
         self.applied.append((version, arm))
         if arm == AppliedStrategy.Arm.CONTROL:
             return
-        self.guidance.append(version.new_guidance)
+        if version.insights:
+            # An insight list is its insights: its guidance only describes them to reviewers.
+            self.insights.extend(item["text"] for item in insights_in_order(version.insights))
+        else:
+            self.guidance.append(version.new_guidance)
         if version.worked_example:
             self.examples.append(version.worked_example)
         self.guardrails.extend(g for g in version.guardrails if isinstance(g, dict))
@@ -48,7 +64,7 @@ class Injection:
 _INJECTED_FIELDS = (
     "status", "trial_fraction", "current_version__strategy", "current_version__number",
     "current_version__condition", "current_version__new_guidance", "current_version__worked_example",
-    "current_version__guardrails",
+    "current_version__guardrails", "current_version__insights",
 )  # fmt: skip
 
 

@@ -302,9 +302,12 @@ def strategy_edit(*, strategy: Strategy, editor: AbstractBaseUser, reason: str =
         base = {f: getattr(current, f) for f in EDITABLE_FIELDS} if current else {}
         # A version from before titles were versioned may have none: the strategy's is its title.
         base["title"] = base.get("title") or locked.title
+        base["insights"] = current.insights if current else []  # an insight list is kept as it is
+        # After the newest, which may be newer than the current one (an insight update that waited).
+        newest = locked.versions.order_by("-number").values_list("number", flat=True).first() or 0
         version = StrategyVersion.objects.create(
             strategy=locked,
-            number=(current.number + 1) if current else 1,
+            number=newest + 1,
             author=editor,
             **{**base, **content},
         )
@@ -313,3 +316,29 @@ def strategy_edit(*, strategy: Strategy, editor: AbstractBaseUser, reason: str =
         locked.save(update_fields=["current_version", "title", "updated_at"])
         _log(locked, StrategyEvent.Action.EDIT, editor, reason, locked.status)
     return version
+
+
+def strategy_version_adopt(*, strategy: Strategy, number: int, reviewer: AbstractBaseUser, reason: str) -> Strategy:
+    """Make a newer version the one in use: an insight list's update of a live strategy waits for
+    this (feedback/strategies/insights.py). Not while the strategy is in an experiment or on trial,
+    whose test is of the version they started with; the audit event names the version replaced."""
+    _require(reviewer)
+    if reviewer is None:
+        raise PermissionDenied
+    _require_reason(reason)
+    with transaction.atomic():
+        locked = Strategy.objects.select_for_update().get(pk=strategy.pk)
+        if locked.status not in (Strategy.Status.PROPOSED, Strategy.Status.ACTIVE):
+            raise IllegalTransition(
+                _("A strategy that is %(status)s keeps the version it is tested with: adopt a newer one once "
+                  "its test has ended.") % {"status": locked.get_status_display().lower()}
+            )  # fmt: skip
+        current = locked.current_version
+        version = locked.versions.filter(number=number).first()
+        if version is None or (current is not None and version.number <= current.number):
+            raise ValidationError(_("Only a version newer than the one in use can be adopted."))
+        locked.current_version = version
+        locked.save(update_fields=["current_version", "updated_at"])
+        _log(locked, StrategyEvent.Action.ADOPT, reviewer, reason, locked.status,
+             replaced=current.number if current else None)  # fmt: skip
+    return locked

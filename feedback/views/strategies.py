@@ -18,7 +18,7 @@ from feedback import locks, queue, selectors
 from feedback.agent.guardrails import check_guardrails
 from feedback.forms import MiningScheduleForm, StrategyDecisionForm, StrategyEditForm
 from feedback.models import DatasetVersion, Strategy, StrategyEvent, StrategyVersion
-from feedback.strategies import hindsight, schedule, services
+from feedback.strategies import hindsight, insights, schedule, services
 from feedback.strategies.conditions import check_condition
 from feedback.strategies.demo_report import DEMO_REPORT_KEY, figure_rows
 from feedback.strategies.trials import trial_stats
@@ -42,10 +42,14 @@ def _require_decider(request: HttpRequest) -> None:
 def strategy_list(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status", "")
     status = status if status in Strategy.Status.values else ""
+    kind = request.GET.get("kind", "")
+    kind = kind if kind in Strategy.PatternKind.values else ""
     context = {
-        "strategies": selectors.strategy_list(status=status),
+        "strategies": selectors.strategy_list(status=status, kind=kind),
         "status": status,
         "statuses": Strategy.Status.choices,
+        "kind": kind,
+        "kinds": Strategy.PatternKind.choices,
         "schedule_form": MiningScheduleForm(initial={"every_minutes": schedule.mining_every_minutes()}),
         "demo_available": settings.EMBEDDED_DATABASE,
         "demo_running": locks.job_lock_held(locks.DEMO_LOOP) if settings.EMBEDDED_DATABASE else None,
@@ -63,8 +67,12 @@ def strategies_demo_report(request: HttpRequest) -> HttpResponse:
     return render(request, "feedback/demo_loop_report.html", {"report": report})
 
 
-def _detail_context(strategy: Strategy, *, edit_form: StrategyEditForm | None) -> dict:
-    """What the review page shows; ``edit_form`` is None where the strategy cannot be edited."""
+def _detail_context(
+    strategy: Strategy, *, edit_form: StrategyEditForm | None, insights_version: int | None = None
+) -> dict:
+    """What the review page shows; ``edit_form`` is None where the strategy cannot be edited;
+    ``insights_version``: the version whose insight changes are shown (default: the one in use)."""
+    pending = insights.pending_version(strategy)
     evidence = hindsight.evidence_hindsight(
         strategy, list(strategy.evidence.select_related("task__workspace").order_by("-pk")[:50])
     )
@@ -92,6 +100,9 @@ def _detail_context(strategy: Strategy, *, edit_form: StrategyEditForm | None) -
         "edit_form": edit_form,
         # A regex saved before RE2 checked it (feedback/saferegex.py) may not run: say so here.
         "unusable": _unusable(strategy.current_version),
+        "insight_changes": selectors.insight_changes(strategy, insights_version) or selectors.insight_changes(strategy),
+        "pending": pending,
+        "pending_changes": selectors.insight_changes(strategy, pending.number) if pending else None,
     }
 
 
@@ -119,7 +130,14 @@ def strategy_detail(request: HttpRequest, strategy_id: int) -> HttpResponse:
             f: json.dumps(getattr(version, f), indent=2, ensure_ascii=False) for f in ("condition", "guardrails")
         }
         edit_form = StrategyEditForm(initial=initial)
-    return render(request, "feedback/strategy_detail.html", _detail_context(strategy, edit_form=edit_form))
+    number = request.GET.get("insights_version", "")
+    number = int(number) if number.isascii() and number.isdecimal() else None
+    context = _detail_context(strategy, edit_form=edit_form, insights_version=number)
+    if request.htmx and "insights_version" in request.GET:
+        # One version's insight changes, for the version links of the insight list.
+        context["changes"] = selectors.insight_changes(strategy, number) if number is not None else None
+        return render(request, "feedback/strategy_detail.html#insight-changes", context)
+    return render(request, "feedback/strategy_detail.html", context)
 
 
 @require_POST
@@ -141,6 +159,27 @@ def strategy_decide(request: HttpRequest, strategy_id: int) -> HttpResponse:
         strategy.refresh_from_db()
         messages.success(request, _("Strategy #%(id)s is now %(status)s.") % {
             "id": strategy.pk, "status": strategy.get_status_display().lower()})  # fmt: skip
+    return redirect("feedback-strategy-detail", strategy_id=strategy.pk)
+
+
+@require_POST
+def strategy_adopt_version(request: HttpRequest, strategy_id: int) -> HttpResponse:
+    """A reviewer makes a newer version (an insight list's update) the one in use, with a reason."""
+    _require_decider(request)
+    strategy = selectors.strategy_detail(strategy_id)
+    number = request.POST.get("number", "")
+    try:
+        if not (number.isascii() and number.isdecimal()):
+            raise ValidationError(_("Say which version to adopt."))
+        services.strategy_version_adopt(
+            strategy=strategy, number=int(number), reviewer=request.user, reason=request.POST.get("reason", "")[:2000]
+        )
+    except services.IllegalTransition as exc:
+        messages.warning(request, str(exc))
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, _("Version %(n)s is now in use.") % {"n": number})
     return redirect("feedback-strategy-detail", strategy_id=strategy.pk)
 
 
