@@ -27,7 +27,7 @@ MAX_CALLS = 6
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 
 
-def _masked(text: str, limit: int) -> str:
+def masked(text: str, limit: int) -> str:
     text = _EMAIL.sub("<email>", " ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -46,11 +46,11 @@ def evidence_model(run_ids: Iterable[int]) -> str:
 
 
 def _trajectory(run: Run) -> str:
-    lines = [f"Task: {_masked(run.task.text, 200)}"]
+    lines = [f"Task: {masked(run.task.text, 200)}"]
     calls = run.steps.filter(kind=Step.Kind.TOOL_CALL).exclude(tool_name="update_plan").order_by("index")
     for step in calls[:MAX_CALLS]:
-        lines.append(f"- {step.tool_name}({_masked(json.dumps(step.arguments), 120)}) -> ok")
-    lines.append(f"Final answer: {_masked(run.final_output, 200)}")
+        lines.append(f"- {step.tool_name}({masked(json.dumps(step.arguments), 120)}) -> ok")
+    lines.append(f"Final answer: {masked(run.final_output, 200)}")
     return "\n".join(lines)
 
 

@@ -26,7 +26,7 @@ from django.conf import settings
 from feedback.agent.llm import LLMError, use_endpoint
 from feedback.models import Run, Step
 
-from .examples import _masked
+from .examples import masked
 from .generalise import leaks, secrets
 from .insight_ops import Ignored, Operation, numbered, parse_operations
 from .replies import INVALID_CALL
@@ -87,7 +87,7 @@ class Written:
 
 def trajectory(run: Run) -> Trajectory:
     """A run's trajectory, its calls cut to MAX_CALLS lines, every text masked (examples.py)."""
-    lines = [f"Task: {_masked(run.task.text, 200)}"]
+    lines = [f"Task: {masked(run.task.text, 200)}"]
     tools: list[str] = []
     errors: list[tuple[str, str]] = []
     wrong = False
@@ -100,12 +100,12 @@ def trajectory(run: Run) -> Trajectory:
         if not step.success and step.error_class != INVALID_CALL and (step.tool_name, step.error_class) not in errors:
             errors.append((step.tool_name, step.error_class or "error"))
         if n < MAX_CALLS:
-            outcome = "ok" if step.success else f"failed: {_masked(step.error, 100)}"
-            lines.append(f"- {step.tool_name}({_masked(json.dumps(step.arguments), 100)}) -> {outcome}")
+            outcome = "ok" if step.success else f"failed: {masked(step.error, 100)}"
+            lines.append(f"- {step.tool_name}({masked(json.dumps(step.arguments), 100)}) -> {outcome}")
         elif n == MAX_CALLS:
             lines.append("- …")
     answer = run.final_output or run.error or "(none)"
-    lines.append(f"Final answer: {_masked(answer, 200)}")
+    lines.append(f"Final answer: {masked(answer, 200)}")
     return Trajectory(run.pk, "\n".join(lines), tuple(tools), tuple(errors), wrong)
 
 
