@@ -156,10 +156,7 @@ def test_the_figures_decided_on_are_frozen_and_shown_beside_the_live_ones(client
 
 
 def _promoted(treatment_scores, control_scores, *, reviewer) -> Strategy:
-    s = _on_trial(treatment_scores, control_scores)
-    services.strategy_promote(strategy=s, reviewer=reviewer, reason="the trial improved scores")
-    s.refresh_from_db()
-    return s
+    return _promoted_as_is(_on_trial(treatment_scores, control_scores), reviewer)
 
 
 def test_a_harmful_active_strategy_opens_an_alert_and_rolls_back_in_one_click(client, reviewer):

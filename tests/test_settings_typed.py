@@ -16,6 +16,9 @@ from agentsite.environment import Environment, parse_rate
 from .settings_helpers import clean_environment, manage_py_check
 
 SETTINGS_FILE = settings.BASE_DIR / "agentsite" / "settings.py"
+# Every file that reads the environment for the settings: settings.py and those it reads in
+# (agent_settings.py).
+SETTINGS_SOURCES = sorted((settings.BASE_DIR / "agentsite").glob("*settings.py"))
 
 # (variable, a bad value): every mode, and a bad value of each other kind.
 BAD_VALUES = [
@@ -85,9 +88,10 @@ def test_every_mode_is_in_the_table():
 
 
 def _env_calls() -> list[ast.Call]:
-    tree = ast.parse(SETTINGS_FILE.read_text())
+    trees = [ast.parse(source.read_text()) for source in SETTINGS_SOURCES]
     return [
         node
+        for tree in trees
         for node in ast.walk(tree)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) == "env"
     ]
@@ -105,7 +109,7 @@ FREE_TEXT = {"VAR_DIR", "SECRET_KEY", "LOGIN_CLIENT_IP_HEADER", "STATIC_ROOT", "
 
 
 def test_every_variable_is_read_typed():
-    source = SETTINGS_FILE.read_text()
+    source = "".join(path.read_text() for path in SETTINGS_SOURCES)
     assert "os.environ" not in source and "getenv" not in source and "environ.Env" not in source
     calls = _env_calls()
     assert len(calls) > 80

@@ -222,12 +222,23 @@ def _call_with_retries(
     outcome.ok, outcome.result, outcome.error, outcome.error_class = True, result, "", ""
 
 
-def invoke(name: str, raw_arguments: str, ctx: ToolContext, tools: dict[str, Tool]) -> Outcome:
+def _recorded(raw_arguments: str) -> Any:
+    """The arguments as a step records them: parsed when they are JSON, else as the model wrote them."""
     try:
-        recorded: Any = strict_json(raw_arguments or "{}")
+        return strict_json(raw_arguments or "{}")
     except (ValueError, TypeError):
-        recorded = raw_arguments if isinstance(raw_arguments, str) else repr(raw_arguments)
-    outcome = Outcome(arguments=recorded)
+        return raw_arguments if isinstance(raw_arguments, str) else repr(raw_arguments)
+
+
+def refused(raw_arguments: str, message: str, error_class: str) -> Outcome:
+    """The outcome of a call that was never made: a guardrail or a person refused it."""
+    return Outcome(
+        arguments=_recorded(raw_arguments), error=message, error_class=error_class, finished_at=timezone.now()
+    )
+
+
+def invoke(name: str, raw_arguments: str, ctx: ToolContext, tools: dict[str, Tool]) -> Outcome:
+    outcome = Outcome(arguments=_recorded(raw_arguments))
     # The stored history holds email pseudonyms; the tool gets the real address (see privacy).
     raw_arguments = unmask_emails(raw_arguments, ctx.workspace) if isinstance(raw_arguments, str) else raw_arguments
     tool = tools.get(name)

@@ -6,7 +6,6 @@ starts, so a run resumes from its last recorded step after its worker is killed 
 confirmation; while it runs, each turn's messages are appended to it.
 """
 
-import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,31 +18,28 @@ from django.utils import timezone
 
 from feedback import lifecycle
 from feedback.logging import current_run, current_step
-from feedback.models import Run, Step, Task, ToolConfirmation
+from feedback.models import Run, Step, Task
 from feedback.privacy import mask_text
 from feedback.quota import folder_bytes
 from feedback.strategies import injection as strategy_injection
 
 from .answers import GUARDRAIL_REFUSED, unusable
+from .confirmations import Paused, ask_for_confirmation, needs_confirmation, resume_confirmed_calls
 from .conversation import Conversation, recorded_steps
 from .guardrails import Decision, Guardrails
-from .invoker import Outcome, invoke, parse_arguments, strict_json
+from .invoker import Outcome, invoke, refused
 from .lease import Heartbeat, LeaseLost, claim_run, load_run, new_lease
 from .llm import ChatModel, ModelCall, ToolCall, apply_tool_mode, call_model, get_model
-from .recorder import Recorder, retrying, storable
+from .recorder import Recorder, retrying
 from .reflection import reflect
 from .retrieval import select_tools
 from .sandbox import prepare_sandbox
-from .tools import Tool, ToolContext, ToolError, enabled_tools
+from .tools import Tool, ToolContext, enabled_tools
 from .tools.mcp import release_run
 
 logger = logging.getLogger(__name__)
 
 MAX_CONSECUTIVE_MODEL_ERRORS = 3
-
-
-class Paused(Exception):
-    """The run waits for a person; its worker slot is released."""
 
 
 class AgentLoop:
@@ -138,7 +134,7 @@ class AgentLoop:
         self._prepare()
         self.record.steps = [] if fresh else recorded_steps(self.run)
         if not fresh:
-            self._resume_confirmed_calls()
+            resume_confirmed_calls(run=self.run, record=self.record, context=self.context, tools=self.tools)
         history = Conversation(self.run, self.record.steps)
         specs = [t.spec() for t in self.tools.values()]
         turn = self.record.steps[-1].turn if self.record.steps else 0
@@ -203,7 +199,7 @@ class AgentLoop:
         # turn's first outcomes, in their transaction; on its own before an engine call or a pause.
         fields = called.step_fields()
         lead = (fields.pop("tries"), {**fields, "turn": turn, "kind": Step.Kind.THOUGHT, "thought": reply.content})
-        waiting = [c for c in reply.tool_calls if self._needs_confirmation(c)]
+        waiting = [c for c in reply.tool_calls if needs_confirmation(c, self.tools)]
         engine = [c for c in reply.tool_calls if c not in waiting and self._is_engine(c)]
         pooled = [c for c in reply.tool_calls if c not in waiting and c not in engine]
         outcomes: dict[str, Outcome] = {}
@@ -223,7 +219,7 @@ class AgentLoop:
                 outcomes.update({call.id: outcome for call, outcome in zip(runnable, results, strict=True)})
         for call in pooled:
             if decisions[call.id].refusal:
-                outcomes[call.id] = _refused(call, decisions[call.id].refusal, GUARDRAIL_REFUSED)
+                outcomes[call.id] = refused(call.arguments, decisions[call.id].refusal, GUARDRAIL_REFUSED)
         # In call order; the outcomes that came together are written together (one transaction),
         # an engine call's step after the steps before it.
         steps: list[Step] = []
@@ -239,7 +235,7 @@ class AgentLoop:
                 together.append((call, outcomes[call.id], " ".join(decisions[call.id].notes), {}))
         steps += self.record.tool_calls(turn, together, lead=lead)
         if waiting:
-            self._ask_for_confirmation(turn, waiting)
+            ask_for_confirmation(run=self.run, lease=self.lease, turn=turn, calls=waiting, tools=self.tools)
         return [s for s in steps if s.success is False]
 
     def _guard(self, calls: list[ToolCall]) -> dict[str, Decision]:
@@ -312,53 +308,6 @@ class AgentLoop:
                 return {"plan": plan}
         return {}
 
-    # --- confirmations of sensitive calls ---------------------------------------------------
-    def _needs_confirmation(self, call: ToolCall) -> bool:
-        tool = self.tools.get(call.name)
-        if tool is None or not tool.sensitive:
-            return False
-        try:
-            parse_arguments(call.arguments, tool)
-        except ToolError:
-            return False  # an invalid call is refused as such; no person needs to see it
-        return True
-
-    def _ask_for_confirmation(self, turn: int, calls: list[ToolCall]) -> None:
-        for call in calls:
-            retrying(
-                lambda call=call: ToolConfirmation.objects.get_or_create(
-                    run=self.run,
-                    tool_call_id=call.id[:100],
-                    defaults={
-                        "turn": turn,
-                        "tool_name": call.name,
-                        # Stored masked: on approval the invoker resolves the pseudonyms again.
-                        "arguments": storable(parse_arguments(call.arguments, self.tools[call.name])),
-                    },
-                ),
-                what="asking for a confirmation",
-            )
-        if not lifecycle.run_pause(run_id=self.run.pk, lease=self.lease):
-            return  # a person asked to cancel it meanwhile: the next turn ends it (and withdraws these)
-        self.run.status, self.run.worker = Run.Status.AWAITING_CONFIRMATION, ""
-        logger.info("run waits for confirmation of %s", ", ".join(c.name for c in calls))
-        raise Paused
-
-    def _resume_confirmed_calls(self) -> None:
-        recorded = set(self.run.steps.values_list("tool_call_id", flat=True))
-        decided = self.run.confirmations.filter(
-            status__in=[ToolConfirmation.Status.APPROVED, ToolConfirmation.Status.REJECTED]
-        ).exclude(tool_call_id__in=recorded)
-        for confirmation in decided.order_by("requested_at", "pk"):
-            call = ToolCall(confirmation.tool_call_id, confirmation.tool_name, json.dumps(confirmation.arguments))
-            if confirmation.status == ToolConfirmation.Status.APPROVED:
-                outcome = invoke(call.name, call.arguments, self.context, self.tools)
-            else:
-                who = confirmation.decided_by.get_username() if confirmation.decided_by else "a reviewer"
-                reason = f": {confirmation.reason}" if confirmation.reason else "."
-                outcome = _refused(call, f"{who} refused this call{reason}", "Refused")
-            self.record.tool_call(confirmation.turn, call, outcome)
-
 
 def _plan_at_end(plan: list[dict], status: str) -> list[dict]:
     """The plan as the run ended. A final answer concludes it: what was still in progress or
@@ -370,14 +319,6 @@ def _plan_at_end(plan: list[dict], status: str) -> list[dict]:
     else:
         ended = {"in_progress": "failed"}
     return [{**item, "status": ended.get(item.get("status"), item.get("status"))} for item in plan]
-
-
-def _refused(call: ToolCall, message: str, error_class: str) -> Outcome:
-    try:
-        arguments = strict_json(call.arguments or "{}")
-    except (ValueError, TypeError):
-        arguments = call.arguments
-    return Outcome(arguments=arguments, error=message, error_class=error_class, finished_at=timezone.now())
 
 
 def execute_run(run_id: int, *, model: ChatModel | None = None, tools: dict[str, Tool] | None = None) -> None:

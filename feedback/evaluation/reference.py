@@ -2,14 +2,13 @@
 it (``choose_mode``). Only what the answer asserts counts, not what it echoes, negates or hedges."""
 
 import re
-import unicodedata
-from dataclasses import dataclass
 from typing import Any
 
 from feedback import saferegex
 from feedback.models import Run
 
 from .evaluators import NUMBER, EvaluatorError, Verdict, normalise, numbers_in
+from .reading import Reading, Said, unsaid
 
 _LABEL_SEPARATORS = re.compile(r"[,;\n|]+")
 
@@ -31,31 +30,7 @@ def choose_mode(expected: str) -> str:
     return "normalised"
 
 
-# What an answer asserts. Holding the expected label or number somewhere is not enough: a real
-# small model got 1.0 for repeating the question, which held the label, and for "low priority,
-# not urgent" against "urgent" (issue 15). A match counts only where the answer asserts it: not
-# inside a stretch copied from the task, not negated, not hedged with a contradicting label or
-# with rival numbers. The rules read words, not meaning; each one that withholds credit says so
-# in the feedback.
-_WORD = re.compile(r"\w+(?:'\w+)*")
-# Fewer of the task's words in a row are a shared phrase ("the urgent ones"), not a quote.
-QUOTE_MIN_WORDS = 4
-# A match with this many quoted words around it came with the quote; one without them is the
-# answer picking an option the task offered ("the report has 80 words").
-ECHO_CONTEXT_WORDS = 3
-# How far ahead a negator still reaches its label: "none of these emails is urgent" (NegEx's 5).
-NEGATION_REACH_WORDS = 5
-_NEGATORS = frozenset({"not", "no", "none", "nothing", "never", "neither", "nor", "without", "non", "nobody", "cannot"})
-# A negation ends at a clause mark, at a word that starts another claim ("not spam but urgent"), or
-# at a preposition that starts a phrase of its own ("no reply is needed for the urgent one").
-_SCOPE_ENDS = frozenset(
-    {"but", "however", "although", "though", "yet", "except", "whereas", "while", "and", "instead", "rather", "which"}
-    | {"for", "from", "with", "by", "about", "because", "since", "if", "when", "then"}
-)
-_SCOPE_TOKEN = re.compile(r"(?P<word>\w+(?:'\w+)*)|(?P<mark>[.,;:!?()\[\]{}…|—–\n])")
-# "Urgent: none", "urgent emails - 0", "urgent? no": the label, then nil as its whole count or
-# answer ("billing: no refund yet" is billing).
-_NIL_AFTER = re.compile(r"(?:\s+\w+){0,2}\s*[:=?—–-]+\s*(?:none|nothing|no|zero|0)(?=\s*(?:$|[.,;!?)\]]))")
+# The number an answer concludes (the numeric mode).
 # Words that state the result ("the answer is 79", "**Answer:** 79") outrank an equals sign, which
 # also ends every intermediate step of a worked answer.
 _LEAD = r"[\s*_`]*(?:(?:approximately|about|roughly|exactly|around|~)[\s*_`]*)?$"
@@ -71,113 +46,6 @@ _HEDGES = r"or|and|maybe|perhaps|possibly|probably|either"
 _ALTERNATIVE_GAP = re.compile(rf"(?:[\s,;/|?…]|\b(?:{_HEDGES})\b|\.(?=\s*(?:{_HEDGES})\b))*")
 # Equations after "check:" verify the result ("= 79, check: 79 * 5 = 395"): they conclude nothing.
 _CHECKING = re.compile(r"\b(?:check|checking|verify|verifying|verification|proof)\b")
-
-
-def _fold(text: str) -> str:
-    # Typographic apostrophes count as plain ones: "isn’t urgent" is negated too.
-    return unicodedata.normalize("NFKC", text).casefold().replace("’", "'")
-
-
-@dataclass(frozen=True)
-class _Quote:
-    start: int
-    end: int
-    words: tuple[tuple[int, int], ...]  # each quoted word's span
-
-
-@dataclass(frozen=True)
-class _Said:
-    """How an answer says a label: asserted somewhere, or only negated, only echoed, or not at all."""
-
-    how: str  # "asserted", "negated", "echoed" or "absent"
-    negation: str = ""  # the negating words, for the feedback
-
-
-class _Reading:
-    """An answer read against its task: where it repeats the task, and what it negates."""
-
-    def __init__(self, task: str, answer: str, *, fold: bool = True) -> None:
-        self.text = _fold(answer) if fold else answer
-        task_words = [w.casefold() for w in _WORD.findall(_fold(task))]
-        words = list(_WORD.finditer(self.text))
-        # A task shorter than QUOTE_MIN_WORDS is quoted whole; a one-word task cannot be.
-        self._run = min(QUOTE_MIN_WORDS, len(task_words))
-        self._context = min(ECHO_CONTEXT_WORDS, self._run - 1)
-        self.quotes = self._quotes(task_words, words) if self._run >= 2 else []
-        quoted = sum(len(q.words) for q in self.quotes)
-        self.only_echoes = bool(words) and quoted == len(words)
-
-    def _quotes(self, task_words: list[str], words: list[re.Match]) -> list[_Quote]:
-        """The stretches of the answer copied word for word from the task: every run of at least
-        ``self._run`` words that the task has in the same order, joined where they touch."""
-        k = self._run
-        grams = {tuple(task_words[i : i + k]) for i in range(len(task_words) - k + 1)}
-        folded = [w.group(0).casefold() for w in words]
-        covered = [False] * len(words)
-        for i in range(len(words) - k + 1):
-            if tuple(folded[i : i + k]) in grams:
-                covered[i : i + k] = [True] * k
-        quotes, i = [], 0
-        while i < len(words):
-            if not covered[i]:
-                i += 1
-                continue
-            j = i
-            while j + 1 < len(words) and covered[j + 1]:
-                j += 1
-            quotes.append(_Quote(words[i].start(), words[j].end(), tuple(w.span() for w in words[i : j + 1])))
-            i = j + 1
-        return quotes
-
-    def echoed(self, start: int, end: int) -> bool:
-        """Whether text[start:end] is there only because the answer repeats the task: it lies in
-        a quote with at least ``ECHO_CONTEXT_WORDS`` quoted words around it (fewer when the
-        task itself is shorter than a quote)."""
-        for quote in self.quotes:
-            if quote.start <= start and end <= quote.end:
-                around = sum(1 for s, e in quote.words if e <= start or s >= end)
-                return around >= self._context
-        return False
-
-    def negation(self, start: int, end: int, *, nil_after: bool = True) -> str:
-        """The words that negate text[start:end] ("not urgent", "isn't urgent", "no urgent
-        emails", "non-urgent", "urgent: none"), or "" when nothing does."""
-        before = self.text[max(0, start - 160) : start]
-        offset = start - len(before)
-        for between, token in enumerate(reversed(list(_SCOPE_TOKEN.finditer(before)))):
-            word = token.group(0)
-            if token.lastgroup == "mark" or word in _SCOPE_ENDS or between > NEGATION_REACH_WORDS:
-                break
-            if word in _NEGATORS or word.endswith("n't"):
-                return self.text[offset + token.start() : end]
-        after = _NIL_AFTER.match(self.text, end) if nil_after else None
-        return self.text[start : after.end()] if after else ""
-
-    def said(self, label: str) -> _Said:
-        words = _WORD.findall(_fold(label))
-        if not words:
-            return _Said("absent")
-        pattern = re.compile(r"(?<!\w)" + r"[\W_]+".join(map(re.escape, words)) + r"(?!\w)")
-        negation, echoed = "", False
-        for found in pattern.finditer(self.text):
-            if self.echoed(*found.span()):
-                echoed = True
-            elif words_negating := self.negation(*found.span()):
-                negation = negation or words_negating
-            else:
-                return _Said("asserted")
-        if negation:
-            return _Said("negated", negation)
-        return _Said("echoed" if echoed else "absent")
-
-
-def _unsaid(label: str, said: _Said) -> str:
-    """Why a label the answer has is no evidence (feedback)."""
-    if said.how == "negated":
-        return f"“{label}” is negated: “{said.negation}”"
-    if said.how == "echoed":
-        return f"“{label}” appears only where the answer repeats the task"
-    return f"“{label}” is missing"
 
 
 def _contradictions(config: dict) -> dict[str, set[str]]:
@@ -198,12 +66,12 @@ def _contradictions(config: dict) -> dict[str, set[str]]:
     return opposed
 
 
-def _rivals(label: str, reading: _Reading, opposed: dict[str, set[str]], wanted: set[str]) -> list[str]:
+def _rivals(label: str, reading: Reading, opposed: dict[str, set[str]], wanted: set[str]) -> list[str]:
     """The labels contradicting ``label`` that the answer asserts (expected ones excepted)."""
     return [c for c in sorted(opposed.get(label, ())) if c not in wanted and reading.said(c).how == "asserted"]
 
 
-def _contradicted(label: str, said: _Said, rivals: list[str]) -> list[str]:
+def _contradicted(label: str, said: Said, rivals: list[str]) -> list[str]:
     # "not urgent" as a rival of a negated "urgent" is that negation again: named once.
     again = re.compile(rf"(?<!\w){re.escape(label)}(?!\w)")
     return [f"“{c}” contradicts “{label}”" for c in rivals if not (said.how == "negated" and again.search(c))]
@@ -223,7 +91,7 @@ def _compare_numeric(expected: str, output: str, config: dict, task: str = "") -
     def right(value: float) -> bool:
         return abs(value - target) <= tolerance * max(1.0, abs(target))
 
-    reading = _Reading(task, output)
+    reading = Reading(task, output)
     text = reading.text
     own: list[re.Match] = []
     echoed, negation = False, ""
@@ -289,7 +157,7 @@ def _compare_labels(expected: str, output: str, config: dict, task: str = "") ->
     wanted = {normalise(p) for p in _LABEL_SEPARATORS.split(expected) if normalise(p)}
     if not wanted:
         raise EvaluatorError("The expected answer has no labels to look for.")
-    reading = _Reading(task, output)
+    reading = Reading(task, output)
     opposed = _contradictions(config)
     credit: dict[str, float] = {}
     notes: list[str] = []
@@ -305,7 +173,7 @@ def _compare_labels(expected: str, output: str, config: dict, task: str = "") ->
         else:
             credit[label] = 0.0
             if said.how != "absent":
-                notes.append(_unsaid(label, said))
+                notes.append(unsaid(label, said))
             notes += _contradicted(label, said, rivals)
     present = {label for label, c in credit.items() if c > 0}
     details: dict[str, Any] = {"expected": sorted(wanted), "found": sorted(present)}
@@ -337,7 +205,7 @@ def _compare_regex(expected: str, output: str, config: dict, task: str = "") -> 
         raise EvaluatorError(f"The expected answer cannot be used as a pattern: {exc}") from exc
     # The pattern is the author's own: it is read as written, but a match inside a repeat of the
     # task is still no evidence.
-    reading = _Reading(task, output, fold=False)
+    reading = Reading(task, output, fold=False)
     own = next((m for m in matches if not reading.echoed(*m.span())), None)
     if own:
         return 1.0, f"The answer matches /{pattern}/.", {"match": own.group(0)[:200]}
@@ -361,7 +229,7 @@ def _compare_normalised(expected: str, output: str, config: dict, task: str = ""
         return 1.0, "The expected answer, up to case and punctuation.", {}
     if not want:
         return 0.0, "The answer does not contain the expected answer.", {}
-    reading = _Reading(task, output)
+    reading = Reading(task, output)
     said = reading.said(want)
     rivals = _rivals(want, reading, _contradictions(config), {want})
     details = {"said": said.how, "contradicting": rivals}
@@ -372,7 +240,7 @@ def _compare_normalised(expected: str, output: str, config: dict, task: str = ""
         return 1.0, "The answer contains the expected answer.", details
     if reading.only_echoes:
         return 0.0, "The answer only echoes the task.", details
-    reasons = ([_unsaid(want, said)] if said.how != "absent" else []) + _contradicted(want, said, rivals)
+    reasons = ([unsaid(want, said)] if said.how != "absent" else []) + _contradicted(want, said, rivals)
     if not reasons:
         return 0.0, "The answer does not contain the expected answer.", details
     return 0.0, "Not credited: " + "; ".join(reasons) + ".", details
@@ -389,7 +257,7 @@ COMPARISONS = {
 
 def reference_evaluator(run: Run, config: dict) -> Verdict | None:
     """Compare the final answer with the task's expected answer; not applicable without one.
-    Only what the answer asserts counts (see "What an answer asserts" above). Its verdict:
+    Only what the answer asserts counts (see reading.py). Its verdict:
     accomplished when the answer matches fully (score 1: every expected label, the number, the
     pattern), not accomplished otherwise."""
     expected = run.task.expected_answer

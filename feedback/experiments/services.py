@@ -30,6 +30,7 @@ from feedback.datasets.checkers import checker_verdict
 from feedback.datasets.services import dataset_item_workspace, item_can_use
 from feedback.models import DatasetVersion, Experiment, ExperimentPair, Run, Strategy, StrategyEvent, Task
 from feedback.storable import unstorable
+from feedback.strategies.services import strategy_event_record
 
 from .figures import arm_figures
 from .paired import paired_verdict
@@ -136,23 +137,16 @@ def experiment_start(
         strategy.save(update_fields=["status", "updated_at"])
         sent = {"id": experiment.pk, "dataset_version": dataset_version.pk, "pairs": len(order)}
         reason = _("Sent to experiment #%(id)s.") % {"id": experiment.pk}
-        _log(strategy, StrategyEvent.Action.EXPERIMENT, user, reason, before, experiment=sent)
+        strategy_event_record(
+            strategy=strategy,
+            action=StrategyEvent.Action.EXPERIMENT,
+            actor=user,
+            reason=reason,
+            from_status=before,
+            experiment=sent,
+        )
     experiment_advance(experiment_id=experiment.pk)  # its first pairs, queued once this commits
     return experiment
-
-
-def _log(strategy: Strategy, action: str, actor, reason: str, before: str, **extra) -> None:
-    version = strategy.current_version
-    StrategyEvent.objects.create(
-        strategy=strategy,
-        version=version,
-        action=action,
-        from_status=before,
-        to_status=strategy.status,
-        actor=actor,
-        reason=reason,
-        snapshot={**(version.snapshot() if version else {}), **extra},
-    )
 
 
 def _run_pass(run: Run) -> float:
@@ -262,12 +256,12 @@ def _finish(
         "id": experiment.pk,
         "decision": experiment.get_decision_display(),
     }
-    _log(
-        strategy,
-        StrategyEvent.Action.EXPERIMENT_END,
-        by,
-        str(reason),
-        before,
+    strategy_event_record(
+        strategy=strategy,
+        action=StrategyEvent.Action.EXPERIMENT_END,
+        actor=by,
+        reason=str(reason),
+        from_status=before,
         experiment={"id": experiment.pk, **experiment.verdict},
     )
 

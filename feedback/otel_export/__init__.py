@@ -22,10 +22,10 @@ reviewer's score, a re-evaluation's round) is sent as new spans of its own
 (``queue.evaluations_export``), never as the run's spans again: receivers keep the first copy of a
 span (Phoenix ignores a span id it has), and OpenInference says ended spans are not re-exported.
 
-Timing: a tool span has its call's recorded start and end. A model call is recorded without
-them; its span covers the time between the recorded moments around it (from the end of the
-previous calls to the start of the calls it asked for, or to a confirmation request, or to the
-run's end), shared equally by the model calls that fall in one such gap.
+Timing: a tool span has its call's recorded start and end, and a model call's span its step's
+(a turn recorded before model calls were timed gets a model call of no length at the last moment
+known before it: nothing is made up). builder.py places and times the spans; attributes.py says
+what each one carries.
 
 Privacy: without ``OTEL_CAPTURE_CONTENT`` nothing a person, the model or a tool wrote leaves
 the installation: names, ids, counts, times, error classes and scores only. With it, the stored

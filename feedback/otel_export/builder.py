@@ -1,5 +1,7 @@
 """A run's spans, built with the SDK from its steps, attempts, confirmations and evaluations, and
-the spans that carry the evaluations given after its export (a reviewer's score, a new round)."""
+the spans that carry the evaluations given after its export (a reviewer's score, a new round).
+Here: which spans there are, where they hang and when they start and end; what each one says (its
+attributes and events) is attributes.py's."""
 
 import os
 from collections import defaultdict
@@ -17,17 +19,24 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from feedback.models import AppliedStrategy, Evaluation, Run, Step
-from feedback.models.evaluation import OFFLINE_JUDGE_NAME
+from feedback.models import Evaluation, Run, Step
 
-from .config import _LENGTH_LIMIT_VARIABLES, CONTENT_MAX_CHARS, NS, SCOPE, capture_content
+from .attributes import (
+    MODEL_STEPS,
+    Event,
+    attempt_events,
+    chat_attributes,
+    evaluation_result,
+    evaluator_attributes,
+    model_attributes,
+    reflection_events,
+    run_attributes,
+    tool_attributes,
+)
+from .config import _LENGTH_LIMIT_VARIABLES, CONTENT_MAX_CHARS, SCOPE, capture_content
 from .errors import ExportNotReady
 from .ids import _RecordedIds, span_id_of, trace_id_of
-from .values import _attributes, _json, _nanos, _run_error
-
-_MODEL_STEPS = (Step.Kind.THOUGHT, Step.Kind.FINAL, Step.Kind.MODEL_ERROR)
-# gen_ai.provider.name by the run's llm_backend; any other backend is named as it is.
-_PROVIDERS = {"openai": "openai", "offline": "offline_demo"}
+from .values import _attributes, _nanos, _run_error
 
 
 def run_spans(run: Run) -> list[ReadableSpan]:
@@ -54,25 +63,6 @@ def _top_run(run: Run) -> Run:
     return run
 
 
-def _rerun_root(run: Run) -> Run:
-    """The first run of the re-run chain ``run`` belongs to (``run`` itself if it is no re-run):
-    every re-run of a run is in the session of the run first asked for."""
-    seen = {run.pk}
-    while run.retry_of_id is not None and run.retry_of_id not in seen:
-        seen.add(run.retry_of_id)
-        run = Run.objects.only("pk", "task_id", "retry_of_id").get(pk=run.retry_of_id)
-    return run
-
-
-def _annotator_kind(evaluation: Evaluation) -> str:
-    """OpenInference's annotator kinds: a person, a language model, or code (the offline judge)."""
-    if evaluation.kind == Evaluation.Kind.HUMAN:
-        return "HUMAN"
-    if evaluation.kind == Evaluation.Kind.JUDGE and evaluation.evaluator != OFFLINE_JUDGE_NAME:
-        return "LLM"
-    return "CODE"
-
-
 class _TraceBuilder:
     def __init__(self, run: Run, *, content: bool) -> None:
         self.run = run
@@ -90,14 +80,7 @@ class _TraceBuilder:
         )
         provider.add_span_processor(SimpleSpanProcessor(self.collected))
         self.tracer = provider.get_tracer(SCOPE)
-        provider_name = _PROVIDERS.get(run.llm_backend, run.llm_backend or "_OTHER")
-        self.model = {
-            "gen_ai.provider.name": provider_name,
-            # The older name, still the one some backends read.
-            "gen_ai.system": provider_name,
-            "gen_ai.request.model": run.model_name or None,
-            "gen_ai.conversation.id": str(run.pk),
-        }
+        self.model = model_attributes(run)
 
     # The SDK pipeline: the ids come from _RecordedIds, the times from the record.
     def _span(
@@ -110,7 +93,7 @@ class _TraceBuilder:
         start: datetime,
         end: datetime,
         attributes: dict[str, Any],
-        events: Iterable[tuple[str, dict[str, Any], datetime]] = (),
+        events: Iterable[Event] = (),
         error: str = "",
         error_message: str = "",
         links: Iterable[SpanContext] = (),
@@ -152,8 +135,8 @@ class _TraceBuilder:
             kind=SpanKind.INTERNAL,
             start=start,
             end=end,
-            attributes=self._run_attributes(steps),
-            events=[*self._evaluation_events(), *self._reflection_events(steps, reflected)],
+            attributes=run_attributes(run, model=self.model, content=self.content),
+            events=[*self._evaluation_events(), *reflection_events(steps, reflected, content=self.content)],
             error=_run_error(run),
             error_message=run.error,
         )
@@ -172,24 +155,8 @@ class _TraceBuilder:
         # The run's span, by its derived id: it need not be sent again, nor even have arrived yet.
         target = SpanContext(self.ids.trace_id, span_id_of(f"run:{run.pk}"), is_remote=False, trace_flags=flags)
         for e in evaluations:
-            result = self._evaluation_result(e)
+            result = evaluation_result(e, content=self.content)
             failed = e.status == Evaluation.Status.FAILED
-            values = {
-                "gen_ai.conversation.id": str(run.pk),
-                "openinference.span.kind": "EVALUATOR",
-                "langfuse.observation.type": "evaluator",
-                # OpenInference's evaluations.* (Phoenix): one result per span, about its link's target.
-                "evaluations.0.evaluation.name": e.evaluator,
-                "evaluations.0.evaluation.score": e.score,
-                "evaluations.0.evaluation.label": result["gen_ai.evaluation.score.label"],
-                "evaluations.0.evaluation.explanation": result["gen_ai.evaluation.explanation"],
-                "evaluations.0.evaluation.annotator_kind": _annotator_kind(e),
-                # Results of one name on one target told apart (two reviewers' scores), stably.
-                "evaluations.0.evaluation.identifier": f"evaluation-{e.pk}",
-                "evaluations.0.evaluation.metadata": _json({"kind": e.kind, "round": e.round, "weight": e.weight}),
-                NS + "run.id": run.pk,
-                **result,
-            }
             self._span(
                 f"evaluation:{e.pk}",
                 f"evaluation {e.evaluator}",
@@ -197,7 +164,7 @@ class _TraceBuilder:
                 kind=SpanKind.INTERNAL,
                 start=e.created_at,
                 end=e.created_at,
-                attributes=values,
+                attributes=evaluator_attributes(run, e, result),
                 events=[("gen_ai.evaluation.result", result, e.created_at)],
                 error="evaluator_failed" if failed else "",
                 links=[target],
@@ -230,7 +197,7 @@ class _TraceBuilder:
         over: dict[int, datetime] = {}
         cursor = self.run.started_at or self.run.created_at
         for turn, steps in turns.items():
-            called = [s for s in steps if s.kind in _MODEL_STEPS and s.started_at and s.finished_at]
+            called = [s for s in steps if s.kind in MODEL_STEPS and s.started_at and s.finished_at]
             if called:
                 windows[turn] = (min(s.started_at for s in called), max(s.finished_at for s in called))
             else:
@@ -239,56 +206,7 @@ class _TraceBuilder:
             cursor = over[turn] = max([cursor, windows[turn][1], *moments])
         return windows, over
 
-    def _run_attributes(self, steps: list[Step]) -> dict[str, Any]:
-        run = self.run
-        applied = list(
-            AppliedStrategy.objects.filter(run=run)
-            .order_by("pk")
-            .values_list("strategy_version__strategy_id", "strategy_version__number", "arm")
-        )
-        trial = [(strategy, arm) for strategy, _, arm in applied if arm != AppliedStrategy.Arm.ACTIVE]
-        top = run.parent_id is None
-        values = {
-            **self.model,
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": run.task_kind,
-            # Trace-level for Langfuse and Phoenix: set by the top run only, for its whole trace;
-            # a re-run is in the session of the run it re-runs (the first of its chain).
-            "session.id": f"task-{_rerun_root(run).task_id}" if top else None,
-            "user.id": str(run.task.created_by_id) if top and run.task.created_by_id else None,
-            "openinference.span.kind": "AGENT",
-            "langfuse.observation.type": "agent",
-            NS + "run.id": run.pk,
-            NS + "run.status": run.status,
-            NS + "run.outcome": run.outcome,
-            NS + "run.score": run.score,
-            NS + "run.step_count": run.step_count,
-            NS + "run.input_tokens": run.tokens_in,
-            NS + "run.output_tokens": run.tokens_out,
-            NS + "run.parent_id": run.parent_id,
-            NS + "run.retry_of": run.retry_of_id,
-            NS + "run.tool_selection": run.tool_selection,
-            NS + "run.tools_offered": [str(t) for t in run.tools_offered or []],
-            NS + "task.id": run.task_id,
-            NS + "task.kind": run.task_kind,
-            NS + "strategy.ids": [strategy for strategy, _, _ in applied],
-            NS + "strategy.versions": [number for _, number, _ in applied],
-            NS + "strategy.arms": [arm for _, _, arm in applied],
-            # A run takes part in one trial at most (strategies/injection.py).
-            NS + "trial.strategy_id": trial[0][0] if trial else None,
-            NS + "trial.arm": trial[0][1] if trial else None,
-        }
-        if self.content:
-            values |= {
-                "input.value": run.task.text,
-                "output.value": run.final_output,
-                "gen_ai.system_instructions": _json([{"type": "text", "content": run.system_prompt}])
-                if run.system_prompt
-                else None,
-            }
-        return values
-
-    def _evaluation_events(self) -> Iterable[tuple[str, dict[str, Any], datetime]]:
+    def _evaluation_events(self) -> Iterable[Event]:
         """The run's first automatic round (the one its export follows), as gen_ai.evaluation.result.
         A person's score and any later round are sent on spans of their own (evaluation_spans):
         nothing given after the export needs the run's spans sent again."""
@@ -298,83 +216,14 @@ class _TraceBuilder:
         for e in automatic:
             if e.round != automatic[0].round:
                 break
-            yield "gen_ai.evaluation.result", self._evaluation_result(e), e.created_at
-
-    def _evaluation_result(self, e: Evaluation) -> dict[str, Any]:
-        failed = e.status == Evaluation.Status.FAILED
-        label = {True: "accomplished", False: "not_accomplished", None: None}[e.accomplished]
-        return {
-            "gen_ai.evaluation.name": e.evaluator,
-            "gen_ai.evaluation.score.value": e.score,
-            "gen_ai.evaluation.score.label": "failed" if failed else label,
-            "gen_ai.evaluation.explanation": e.feedback if self.content else None,
-            "error.type": "evaluator_failed" if failed else None,
-            NS + "evaluation.kind": e.kind,
-            NS + "evaluation.round": e.round,
-            NS + "evaluation.weight": e.weight,
-        }
-
-    def _reflection_events(
-        self, steps: list[Step], over: dict[int, datetime]
-    ) -> Iterable[tuple[str, dict[str, Any], datetime]]:
-        for step in steps:
-            if step.kind == Step.Kind.REFLECTION:
-                values = {NS + "step.index": step.index, NS + "reflection": step.thought if self.content else None}
-                yield NS + "reflection", values, over[step.turn]
-
-    def _attempt_events(self, step: Step) -> list[tuple[str, dict[str, Any], datetime]]:
-        return [
-            (
-                NS + "attempt",
-                {
-                    NS + "attempt.number": a.number,
-                    NS + "attempt.duration_ms": a.duration_ms,
-                    NS + "attempt.retryable": a.retryable,
-                    "error.type": a.error_class or None,
-                    "exception.message": a.error if self.content else None,
-                },
-                a.started_at,
-            )
-            for a in step.attempt_rows.all()
-        ]
+            yield "gen_ai.evaluation.result", evaluation_result(e, content=self.content), e.created_at
 
     def _chat_span(self, root: SpanContext, turn: int, steps: list[Step], window: tuple[datetime, datetime]) -> None:
         """The model call that began the turn: its step (a thought, the answer or a model error),
-        with its own times, tokens and attempts. (Turns recorded before every model call had a step
-        carry their tokens on their first tool call: summing the turn's steps counts them too.)"""
+        with its own times, tokens and attempts."""
         run = self.run
-        replies = [s for s in steps if s.kind in _MODEL_STEPS]
-        calls = [s for s in steps if s.kind == Step.Kind.TOOL_CALL]
+        replies = [s for s in steps if s.kind in MODEL_STEPS]
         failed = next((s for s in replies if s.kind == Step.Kind.MODEL_ERROR), None)
-        tokens_in = sum(s.tokens_in for s in steps) if steps else None
-        tokens_out = sum(s.tokens_out for s in steps) if steps else None
-        values = {
-            **self.model,
-            "gen_ai.operation.name": "chat",
-            "gen_ai.usage.input_tokens": tokens_in,
-            "gen_ai.usage.output_tokens": tokens_out,
-            "openinference.span.kind": "LLM",
-            "langfuse.observation.type": "generation",
-            "llm.model_name": run.model_name or None,
-            "llm.provider": self.model["gen_ai.provider.name"],
-            "llm.token_count.prompt": tokens_in,
-            "llm.token_count.completion": tokens_out,
-            "llm.token_count.total": tokens_in + tokens_out if steps else None,
-            NS + "turn": turn,
-            NS + "step.index": replies[0].index if replies else None,
-        }
-        if self.content and not failed:
-            text = "\n".join(s.thought for s in replies if s.thought)
-            parts = [{"type": "text", "content": text}] if text else []
-            parts += [
-                {"type": "tool_call", "id": c.tool_call_id, "name": c.tool_name, "arguments": c.arguments}
-                for c in calls
-            ]
-            finish = "tool_call" if calls else "stop"
-            values |= {
-                "gen_ai.output.messages": _json([{"role": "assistant", "parts": parts, "finish_reason": finish}]),
-                "output.value": text,
-            }
         self._span(
             f"chat:{run.pk}:{turn}",
             f"chat {run.model_name}".strip(),
@@ -382,41 +231,14 @@ class _TraceBuilder:
             kind=SpanKind.CLIENT if run.llm_backend == "openai" else SpanKind.INTERNAL,
             start=window[0],
             end=window[1],
-            attributes=values,
-            events=[e for s in replies for e in self._attempt_events(s)],
+            attributes=chat_attributes(run, turn, steps, model=self.model, content=self.content),
+            events=[e for s in replies for e in attempt_events(s, content=self.content)],
             error=(failed.error_class or "_OTHER") if failed else "",
             error_message=failed.error if failed else "",
         )
 
     def _tool_span(self, root: SpanContext, step: Step, called_at: datetime, confirmation: str | None) -> None:
         start = step.started_at or called_at
-        values = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": step.tool_name,
-            "gen_ai.tool.call.id": step.tool_call_id,
-            "gen_ai.tool.type": "function",
-            "gen_ai.conversation.id": str(self.run.pk),
-            "openinference.span.kind": "TOOL",
-            "langfuse.observation.type": "tool",
-            "tool.name": step.tool_name,
-            NS + "turn": step.turn,
-            NS + "step.index": step.index,
-            NS + "step.attempts": step.attempts,
-            NS + "step.cached": step.cached,
-            NS + "step.stale": step.stale or None,
-            NS + "step.served_by": step.served_by,
-            NS + "step.validation": step.validation_status,
-            NS + "confirmation.status": confirmation,
-        }
-        if self.content:
-            arguments = _json(step.arguments) if step.arguments is not None else None
-            result = _json(step.result) if step.success and step.result is not None else None
-            values |= {
-                "gen_ai.tool.call.arguments": arguments,
-                "gen_ai.tool.call.result": result,
-                "input.value": arguments,
-                "output.value": result if step.success else step.error,
-            }
         self._span(
             f"step:{step.pk}",
             f"execute_tool {step.tool_name}",
@@ -424,8 +246,8 @@ class _TraceBuilder:
             kind=SpanKind.INTERNAL,
             start=start,
             end=step.finished_at or start,
-            attributes=values,
-            events=self._attempt_events(step),
+            attributes=tool_attributes(self.run, step, confirmation, content=self.content),
+            events=attempt_events(step, content=self.content),
             error=(step.error_class or "_OTHER") if step.success is False else "",
             error_message=step.error,
         )

@@ -72,7 +72,12 @@ def _record(strategy: Strategy) -> dict:
     return record
 
 
-def _log(strategy: Strategy, action: str, actor, reason: str, from_status: str, **extra) -> StrategyEvent:
+def strategy_event_record(
+    *, strategy: Strategy, action: str, actor, reason: str, from_status: str, **extra
+) -> StrategyEvent:
+    """A strategy's audit event: who moved it from ``from_status`` to its status now, why, and its
+    content at that moment with ``extra`` (the figures it was decided on), frozen. Every change of
+    a strategy's status or content writes one (here and in experiments/services.py)."""
     version = strategy.current_version
     return StrategyEvent.objects.create(
         strategy=strategy,
@@ -106,7 +111,7 @@ def _transition(strategy_id: int, to: str, action: str, actor, reason: str, chec
             strategy.promoted_at = timezone.now()
             strategy.promoted_by_override = action == StrategyEvent.Action.PROMOTE_OVERRIDE
         strategy.save(update_fields=["status", "trial_started_at", "promoted_at", "promoted_by_override", "updated_at"])
-        _log(strategy, action, actor, reason, before, **extra)
+        strategy_event_record(strategy=strategy, action=action, actor=actor, reason=reason, from_status=before, **extra)
     return strategy
 
 
@@ -314,7 +319,9 @@ def strategy_edit(*, strategy: Strategy, editor: AbstractBaseUser, reason: str =
         locked.current_version = version
         locked.title = version.title
         locked.save(update_fields=["current_version", "title", "updated_at"])
-        _log(locked, StrategyEvent.Action.EDIT, editor, reason, locked.status)
+        strategy_event_record(
+            strategy=locked, action=StrategyEvent.Action.EDIT, actor=editor, reason=reason, from_status=locked.status
+        )
     return version
 
 
