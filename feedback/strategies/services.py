@@ -346,6 +346,8 @@ def strategy_version_adopt(*, strategy: Strategy, number: int, reviewer: Abstrac
             raise ValidationError(_("Only a version newer than the one in use can be adopted."))
         locked.current_version = version
         locked.save(update_fields=["current_version", "updated_at"])
-        _log(locked, StrategyEvent.Action.ADOPT, reviewer, reason, locked.status,
-             replaced=current.number if current else None)  # fmt: skip
+        strategy_event_record(
+            strategy=locked, action=StrategyEvent.Action.ADOPT, actor=reviewer, reason=reason,
+            from_status=locked.status, replaced=current.number if current else None,
+        )  # fmt: skip
     return locked
