@@ -5,11 +5,14 @@ Call the tools you need, read their results, and correct course when a tool repo
 When you are done, reply with the final answer only, without calling a tool."""
 
 
+WORKED_EXAMPLES_HEADING = "Worked examples: successful runs of similar tasks (do as they did):"
+
+
 def build_system_prompt(guidance: list[str] | None = None, examples: list[str] | None = None) -> str:
     """The exact system prompt a run is given: the base prompt plus its strategies."""
     parts = [BASE_SYSTEM_PROMPT]
     if guidance:
         parts.append("Lessons from earlier runs (follow them):\n" + "\n".join(f"- {g}" for g in guidance))
     if examples:
-        parts.append("Worked examples: successful runs of similar tasks (do as they did):\n\n" + "\n\n".join(examples))
+        parts.append(WORKED_EXAMPLES_HEADING + "\n\n" + "\n\n".join(examples))
     return "\n\n".join(parts)
