@@ -13,7 +13,7 @@ from django.utils import timezone
 from feedback import metrics
 from feedback.datasets.checkers import checker_verdict
 from feedback.metrics.window import Window
-from feedback.models import Experiment, Run, Strategy, StrategyEvent
+from feedback.models import DatasetVersion, Experiment, Run, Strategy, StrategyEvent
 from feedback.strategies.cycle import cycle_reviewer, run_cycle
 from feedback.strategies.cycle_report import markdown
 
@@ -73,9 +73,9 @@ def test_the_cycle_on_the_offline_model_runs_its_stages_in_order_and_reports_its
     printed = [line.split(":")[1].strip() for line in lines if line.startswith("Stage ")]
     assert printed == STAGES
     # One progress line per run: 4 mining + 4 held-out before + 4 after per family, and each experiment run.
-    experiment_runs = Run.objects.exclude(experiment_control=None).count() + Run.objects.exclude(
-        experiment_treatment=None
-    ).count()
+    experiment_runs = (
+        Run.objects.exclude(experiment_control=None).count() + Run.objects.exclude(experiment_treatment=None).count()
+    )
     assert sum(1 for line in lines if re.match(r"\s+\[.*\] run #\d+", line)) == 3 * 12 + experiment_runs
     assert report["picked"], "mining on the offline model's failures proposes something to test"
     for row in report["picked"]:
@@ -101,6 +101,34 @@ def test_without_a_reviewer_it_stops_at_the_proposals(settings):
     assert [row["stage"] for row in report["stages"]] == ["baseline", "mining", "stopped"]
     assert report["proposed"] and not Experiment.objects.exists()
     assert not Strategy.objects.exclude(status=Strategy.Status.PROPOSED).exists()
+
+
+def test_a_rerun_stops_what_an_interrupted_cycle_left_running_and_one_cycle_runs_at_a_time(settings):
+    from django.core.exceptions import ValidationError
+
+    from feedback import locks
+    from feedback.experiments.services import experiment_start
+
+    settings.STRATEGY_MIN_SUPPORT = 3
+    reviewer = cycle_reviewer("cycle-reviewer")
+    first = run_cycle(families=["email_triage"], mining_limit=4, held_out_limit=2, out=lambda line: None)
+    # A cycle killed in its experiment stage: its experiment left running, its strategy in it.
+    strategy = Strategy.objects.get(pk=first["proposed"][0]["strategy"])
+    version = DatasetVersion.objects.get(dataset__name="Workload: support-email triage")
+    left = experiment_start(user=reviewer, dataset_version=version, change_kind="strategy", strategy=strategy,
+                            split="held_out", limit=2)  # fmt: skip
+    lock = locks.job_lock_acquire(name=locks.LEARNING_CYCLE, seconds=60)
+    with pytest.raises(ValidationError, match="A learning cycle is running"):
+        run_cycle(families=["email_triage"], mining_limit=4, held_out_limit=2, reviewer=reviewer, out=print)
+    locks.job_lock_release(name=locks.LEARNING_CYCLE, token=lock.token)
+
+    second = run_cycle(families=["email_triage"], mining_limit=4, held_out_limit=2, reviewer=reviewer, out=print)
+    assert second["stopped_experiments"] == [left.pk]
+    left.refresh_from_db()
+    assert left.status == Experiment.Status.STOPPED and not Experiment.objects.filter(status="running").exists()
+    assert [row["stage"] for row in second["stages"]] == STAGES and locks.job_lock_held(locks.LEARNING_CYCLE) is None
+    # The first cycle's runs are still the first cycle's: the second added its own.
+    assert set(first["runs"]["baseline"]["email_triage"]).isdisjoint(second["runs"]["baseline"]["email_triage"])
 
 
 # --- a model that reads its prompt -------------------------------------------------------------------
