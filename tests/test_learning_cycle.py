@@ -191,6 +191,7 @@ def test_a_strategy_that_helps_on_the_held_out_items_is_promoted_on_its_verdict(
     assert actions[-4:] == ["experiment", "experiment_end", "approve", "promote"]
     before, after = report["figures"]["before"]["arithmetic"], report["figures"]["after"]["arithmetic"]
     assert before["strict_correct"] == 0 and after["strict_correct"] == 8  # the 8 sums in digits of 24
+    assert before["models"] == after["models"] == ["small-test-model"]
     _assert_figures_are_the_rows(report)
 
 

@@ -101,6 +101,8 @@ def phase_figures(run_ids: list[int]) -> dict:
         "accomplished_agrees": agrees,
         "agreement_rate": _rate(agrees, n),
         "outcome_unknown": unknown,
+        # What the runs ran on: a worker of another configuration could have taken a queued one.
+        "models": sorted({run.model_name or run.llm_backend or "—" for run in runs}),
     }
 
 
@@ -184,6 +186,8 @@ def markdown(report: dict) -> str:
             if figures is not None:
                 cells = " | ".join(_cell(figures[key]) for key, _ in COLUMNS)
                 lines.append(f"| {family} | {label} | {cells} |")
+    models = sorted({m for phase in report["figures"].values() for f in phase.values() for m in f["models"]})
+    lines += ["", f"The runs above ran on: {', '.join(models) or '—'}."]
     lines += ["", "## Experiments on the held-out items", ""]
     lines += [
         "| family | change | decision | pairs (wins / losses / ties) | difference | interval | then |",
@@ -192,7 +196,7 @@ def markdown(report: dict) -> str:
     for row in report["picked"]:
         lines.append(_experiment_line(row, f"#{row['strategy']} {row['title']}", END_TEXT.get(row.get("end"), "—")))
     for row in report["kind_experiments"]:
-        then = "nothing of that kind to measure" if row.get("experiment") is None else "measured, nothing decided on it"
+        then = "nothing of that kind to measure" if row.get("experiment") is None else "measured only (no strategy acts on it)"
         lines.append(_experiment_line(row, f"{row['kind']} of #{', #'.join(map(str, row['strategies']))}", then))
     if not report["picked"]:
         lines.append("| — | none picked | — | — | — | — | — |")
