@@ -158,8 +158,8 @@ class Cycle:
             **change,
         )
         pairs = experiment.pairs.count()
-        what = f"{row['kind']} alone" if "kind" in row else f"strategy #{row['strategy']}"
-        self.out(f"  experiment #{experiment.pk} ({what}, {experiment.title}): {pairs} pairs on the held-out items...")
+        what = f"{row['kind']} alone: " if "kind" in row else ""
+        self.out(f"  experiment #{experiment.pk} ({what}{experiment.title}): {pairs} pairs on the held-out items...")
 
         def each_run(run_id: int) -> None:
             locks.job_lock_renew(name=locks.LEARNING_CYCLE, token=self.lock_token, seconds=locks.LEARNING_CYCLE_SECONDS)

@@ -196,7 +196,11 @@ def markdown(report: dict) -> str:
     for row in report["picked"]:
         lines.append(_experiment_line(row, f"#{row['strategy']} {row['title']}", END_TEXT.get(row.get("end"), "—")))
     for row in report["kind_experiments"]:
-        then = "nothing of that kind to measure" if row.get("experiment") is None else "measured only (no strategy acts on it)"
+        then = (
+            "nothing of that kind to measure"
+            if row.get("experiment") is None
+            else "measured only (no strategy acts on it)"
+        )
         lines.append(_experiment_line(row, f"{row['kind']} of #{', #'.join(map(str, row['strategies']))}", then))
     if not report["picked"]:
         lines.append("| — | none picked | — | — | — | — | — |")
