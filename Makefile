@@ -16,7 +16,7 @@ LLM_VENV := .venv-llm
 LLM_PORT ?= 8080
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF
 
-.PHONY: run test lint clean local-llm local-llm-install demo-loop demo-loop-local bench ensure-wrk
+.PHONY: run test lint clean local-llm local-llm-install demo-loop demo-loop-local loop loop-local bench ensure-wrk
 
 $(BIN)/python:
 	@py=$$(scripts/find-python) || exit 1; \
@@ -108,6 +108,40 @@ demo-loop-local: $(VENV)/.run-deps $(LLM_VENV)/.installed
 	    --tasks $(DEMO_TASKS) --trial-batch $(DEMO_TASKS) --trial-limit $(DEMO_TRIAL_LIMIT) \
 	    --trial-strategies $(DEMO_TRIAL_STRATEGIES)' > var/demo-loop-local.log 2>&1 &
 	@echo "The demo loop runs in the background on the local model: tail -f var/demo-loop-local.log"
+
+# The learning cycle (issue 25) on the workload datasets, through the product's services: the mining
+# split as production runs, mining, a reviewer's pick (LOOP_REVIEWER, recorded as the actor of every
+# decision), a paired experiment on the held-out split, promotion only where it says promote, the
+# held-out split again; the report in var/learning-cycle.json and var/learning-cycle.md
+# (docs/local-model.md). LOOP_MINING_ITEMS / LOOP_HELD_OUT_ITEMS cut each split (empty: every item);
+# LOOP_ARGS adds options (--families arithmetic,email_triage, --picks 2, --kinds guidance,guardrails).
+# A pattern needs 3 failing runs of a task kind (STRATEGY_MIN_SUPPORT, 5 by default).
+LOOP_REVIEWER ?= learning-cycle
+LOOP_MINING_ITEMS ?=
+LOOP_HELD_OUT_ITEMS ?=
+LOOP_OPTIONS = --auto-approve-as $(LOOP_REVIEWER) $(if $(LOOP_MINING_ITEMS),--mining-items $(LOOP_MINING_ITEMS)) \
+	$(if $(LOOP_HELD_OUT_ITEMS),--held-out-items $(LOOP_HELD_OUT_ITEMS)) $(LOOP_ARGS)
+
+# On the offline demo model, quick (8 items of each split unless told otherwise).
+loop: LOOP_MINING_ITEMS := $(or $(LOOP_MINING_ITEMS),8)
+loop: LOOP_HELD_OUT_ITEMS := $(or $(LOOP_HELD_OUT_ITEMS),8)
+loop: $(VENV)/.run-deps
+	$(BIN)/python manage.py migrate --noinput -v 0
+	$(BIN)/python manage.py seed_demo --no-history > /dev/null
+	LLM_BACKEND=offline STRATEGY_MIN_SUPPORT=3 LOG_LEVEL=ERROR $(BIN)/python manage.py learning_cycle $(LOOP_OPTIONS)
+
+# On the local model, in the background: starts the server as demo-loop-local does, runs the cycle
+# with LOCAL_LLM_ENV (every item of both splits unless told otherwise), one line per run and per
+# stage in var/loop-local.log.
+loop-local: $(VENV)/.run-deps $(LLM_VENV)/.installed
+	$(BIN)/python manage.py migrate --noinput -v 0
+	$(BIN)/python manage.py seed_demo --no-history > /dev/null
+	@mkdir -p var
+	@nohup bash -c '$(LOCAL_LLM_SERVER) > var/local-llm.log 2>&1 & server=$$!; trap "kill $$server" EXIT; \
+	  until curl -sf http://127.0.0.1:$(LLM_PORT)/v1/models > /dev/null; do sleep 1; done; \
+	  $(LOCAL_LLM_ENV) STRATEGY_MIN_SUPPORT=3 LOG_LEVEL=ERROR $(BIN)/python manage.py learning_cycle $(LOOP_OPTIONS)' \
+	  > var/loop-local.log 2>&1 &
+	@echo "The learning cycle runs in the background on the local model: tail -f var/loop-local.log"
 
 # Twice: the whole suite on PostgreSQL, a real Redis broker and worker processes, Chromium; then
 # everything that does not need PostgreSQL itself on the embedded default (SQLite, the file-system

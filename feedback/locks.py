@@ -50,3 +50,8 @@ def job_lock_release(*, name: str, token: str) -> None:
 # demo_loop_task's time limit (15 minutes), so a loop still running is never freed under it.
 DEMO_LOOP = "demo-loop"
 DEMO_LOOP_SECONDS = 20 * 60
+
+# The learning cycle (strategies/cycle.py): one at a time, renewed after every run, so the lock of a
+# cycle whose process was killed lapses within this (a run on a real model takes a minute or two).
+LEARNING_CYCLE = "learning-cycle"
+LEARNING_CYCLE_SECONDS = 15 * 60

@@ -239,3 +239,32 @@ def test_experiment_runs_never_enter_a_trial_or_a_watch(reviewer):
     for run in _assign(s, "active", [0.1] * 20):
         Run.objects.filter(pk=run.pk).update(purpose=Run.Purpose.PLAYGROUND)
     assert watch_stats(s).runs == 0
+
+
+def test_a_trial_no_run_has_reached_follows_its_experiment_until_its_first_run(reviewer):
+    from feedback.datasets.services import dataset_version_create
+    from feedback.models import Dataset, Experiment
+    from feedback.strategies.verdicts import promotion_verdict
+
+    strategy = make_strategy(status="experiment")
+    items = [{"kind": "file_analysis", "text": "Count the words", "expected": 3, "checker": "numeric"}]
+    version = dataset_version_create(dataset=Dataset.objects.create(name="held out"), user=reviewer, items=items)
+    experiment = Experiment.objects.create(
+        title="x", dataset_version=version, change_kind="strategy", strategy=strategy,
+        strategy_version=strategy.current_version, status="finished", decision="promote",
+        verdict={"decision": "promote", "pairs": 7, "wins": 7, "losses": 0, "ties": 0},
+    )  # fmt: skip
+    services.strategy_approve(strategy=strategy, reviewer=reviewer, reason="its experiment says promote")
+    verdict = promotion_verdict(Strategy.objects.get(pk=strategy.pk))
+    assert (verdict.source, verdict.recommendation, verdict.figures["experiment"]) == (
+        "experiment",
+        "promote",
+        experiment.pk,
+    )
+    # Its trial's first run hands the verdict to the trial, which has nothing to say yet.
+    _assign(strategy, "treatment", [0.9])
+    verdict = promotion_verdict(Strategy.objects.get(pk=strategy.pk))
+    assert (verdict.source, verdict.recommendation) == ("trial", "collect_more")
+    with pytest.raises(ValidationError, match="collect more runs"):
+        services.strategy_promote(strategy=strategy, reviewer=reviewer, reason="the experiment said so")
+    assert Strategy.objects.get(pk=strategy.pk).status == Strategy.Status.TRIAL

@@ -5,6 +5,9 @@ Call the tools you need, read their results, and correct course when a tool repo
 When you are done, reply with the final answer only, without calling a tool."""
 
 
+WORKED_EXAMPLES_HEADING = "Worked examples: successful runs of similar tasks (do as they did):"
+
+
 def build_system_prompt(
     guidance: list[str] | None = None, examples: list[str] | None = None, insights: list[str] | None = None
 ) -> str:
@@ -19,5 +22,5 @@ def build_system_prompt(
             + "\n".join(f"- {i}" for i in insights)
         )
     if examples:
-        parts.append("Worked examples: successful runs of similar tasks (do as they did):\n\n" + "\n\n".join(examples))
+        parts.append(WORKED_EXAMPLES_HEADING + "\n\n" + "\n\n".join(examples))
     return "\n\n".join(parts)

@@ -136,6 +136,20 @@ def reference_checker(expected_answer: str) -> tuple[str, object]:
     return "contains", text
 
 
+def item_reference(item: DatasetItem) -> str:
+    """The item's expected value as a task's expected answer, as staff would give it (what the
+    reference evaluator reads; ``reference_checker`` reads it back); "" where it has none."""
+    expected = item.expected
+    if item.checker == "numeric":
+        value = float(expected)
+        return str(int(value)) if value.is_integer() else f"{value:f}".rstrip("0")
+    if item.checker == "regex":
+        return f"/{expected}/"
+    if item.checker in ("labels", "contains"):
+        return ", ".join(map(str, expected)) if isinstance(expected, list) else str(expected)
+    return ""
+
+
 @transaction.atomic
 def dataset_from_runs(*, runs, user, checker: str, dataset=None, name: str = "", note: str = ""):
     """A new version of ``dataset`` (or a new dataset ``name``): its latest items plus one item per

@@ -14,10 +14,15 @@ from .services import experiment_advance, experiment_pair_ids
 
 
 def experiment_run_here(
-    experiment_id: int, *, timeout: float = 3600, out: Callable[[str], None] | None = None
+    experiment_id: int,
+    *,
+    timeout: float = 3600,
+    out: Callable[[str], None] | None = None,
+    each_run: Callable[[int], None] | None = None,
 ) -> Experiment:
     """Run the experiment's pairs here until it ends (or ``timeout`` seconds pass; it then goes
-    on in the workers, if any)."""
+    on in the workers, if any). ``each_run(run_id)`` after each run executed and evaluated here
+    (a progress line per run: on a real model a run takes the better part of a minute)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         experiment = experiment_advance(experiment_id=experiment_id)
@@ -27,6 +32,9 @@ def experiment_run_here(
         queued = list(runs.filter(status=Run.Status.QUEUED).order_by("pk").values_list("pk", flat=True))
         for run_id in queued:
             execute_run(run_id)
+            if each_run is not None:
+                evaluate_run(run_id)  # idempotent: the sweep below finds it scored
+                each_run(run_id)
         # Evaluate what ended (here or in a worker) and has no score yet: idempotent.
         unscored = list(runs.filter(finished_at__isnull=False, evaluations__isnull=True).values_list("pk", flat=True))
         for run_id in unscored:

@@ -88,17 +88,21 @@ def experiment_start(
     split: str = "",
     repeats: int = 1,
     seed: int | None = None,
+    limit: int | None = None,
 ) -> Experiment:
-    """Start running ``dataset_version``'s items (``split``'s only, when given) ``repeats`` times
-    each, with and without the change. Items a person may not use (another's private upload) are
-    left out; none left is an error, as is a strategy that is not a proposal."""
+    """Start running ``dataset_version``'s items (``split``'s only, when given; the first ``limit``
+    of them by position, when given: a quick experiment) ``repeats`` times each, with and without
+    the change. Items a person may not use (another's private upload) are left out; none left is
+    an error, as is a strategy that is not a proposal."""
     _require(user, change_kind)
     if not 1 <= repeats <= 5:
         raise ValidationError(_("Repeats must be between 1 and 5."))
+    if limit is not None and limit < 1:
+        raise ValidationError(_("Run at least one item."))
     items = dataset_version.items.all()
     if split:
         items = items.filter(split=split)
-    usable = [item for item in items.order_by("position") if item_can_use(item=item, user=user)]
+    usable = [item for item in items.order_by("position") if item_can_use(item=item, user=user)][:limit]
     if not usable:
         raise ValidationError(_("No item of this dataset version is yours to run (or the split has none)."))
     if len(usable) * repeats > MAX_PAIRS:

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from feedback.models import DailyRunStats, Evaluation, Run, Step, ToolConfirmation
 
-from .errors import GUARDRAIL_REFUSAL, HUMAN_REJECTION, WENT_WRONG
+from .errors import ERROR_STEP, GUARDRAIL_REFUSAL, HUMAN_REJECTION, WENT_WRONG
 from .window import ENDED, Window, split_window, whole_days
 
 INTERVENTION_REASONS = ("confirmed", "human_scored", "retried", "cancelled")
@@ -91,16 +91,6 @@ def went_wrong_groups(window: Window, *, by: tuple[str, ...] = ()) -> QuerySet[S
     signature, so it is annotated after the grouping: the database evaluates it once a group, not
     once an error (a long run hits the same error hundreds of times). One pass over the partial
     index step_went_wrong, whatever the category."""
-    # The exclude is a no-op for the result but lets PostgreSQL use the partial index
-    # step_error_signature (it cannot prove the outer signature is not empty on its own).
-    earlier = (
-        Step.objects.filter(error_signature=OuterRef("error_signature"), run__purpose=Run.Purpose.PRODUCTION)
-        .exclude(error_signature="")
-        .filter(
-            Q(run__created_at__lt=OuterRef("created"))
-            | Q(run__created_at=OuterRef("created"), run_id__lt=OuterRef("run_id"))
-        )
-    )
     # The run's created_at by an annotation of its own: Django would group by the flag itself
     # (once an error again) were it referred to across the relation (OuterRef("run__created_at")).
     return (
@@ -111,9 +101,44 @@ def went_wrong_groups(window: Window, *, by: tuple[str, ...] = ()) -> QuerySet[S
         .annotate(steps=Count("id"))
         # Exists alone (not inside a Case, which Django would add to the GROUP BY): refusals get a
         # flag too, which error_counts ignores, for a few extra checks.
-        .annotate(is_repeated=Exists(earlier))
+        .annotate(is_repeated=Exists(_seen_earlier()))
         .order_by()
     )
+
+
+def _seen_earlier() -> QuerySet[Step]:
+    """The steps of an earlier production run with the outer group's signature (by the outer
+    ``created`` and ``run_id``): what makes an error repeated."""
+    # The exclude is a no-op for the result but lets PostgreSQL use the partial index
+    # step_error_signature (it cannot prove the outer signature is not empty on its own).
+    return (
+        Step.objects.filter(error_signature=OuterRef("error_signature"), run__purpose=Run.Purpose.PRODUCTION)
+        .exclude(error_signature="")
+        .filter(
+            Q(run__created_at__lt=OuterRef("created"))
+            | Q(run__created_at=OuterRef("created"), run_id__lt=OuterRef("run_id"))
+        )
+    )
+
+
+def run_error_counts(run_ids: list[int]) -> dict[int, dict]:
+    """Per run of ``run_ids``, whatever its purpose: ``errors`` and ``repeated_errors`` by the one
+    definition above (an error whose signature an earlier production run had). For runs measured
+    apart from production (a dataset's held-out items), which no window counts."""
+    rows = (
+        Step.objects.filter(ERROR_STEP, run_id__in=run_ids)
+        .annotate(created=F("run__created_at"))
+        .values("run_id", "error_signature")
+        .annotate(steps=Count("id"))
+        .annotate(is_repeated=Exists(_seen_earlier()))
+        .order_by()
+    )
+    counts = {run_id: {"errors": 0, "repeated_errors": 0} for run_id in run_ids}
+    for row in rows:
+        counts[row["run_id"]]["errors"] += row["steps"]
+        if row["is_repeated"]:
+            counts[row["run_id"]]["repeated_errors"] += row["steps"]
+    return counts
 
 
 def error_groups(window: Window, *, by: tuple[str, ...] = ()) -> QuerySet[Step]:

@@ -176,7 +176,9 @@ def strategy_promote(*, strategy: Strategy, reviewer: AbstractBaseUser, reason: 
                 )
                 % {"source": _source(verdict.source), "verdict": verdict.label}
             )
-        return {"trial": verdict.figures, "verdict": verdict.as_json()}
+        # Decided on its experiment (no trial run yet: verdicts.py) or on its trial.
+        figures = "experiment" if verdict.source == "experiment" else "trial"
+        return {figures: verdict.figures, "verdict": verdict.as_json()}
 
     return _transition(
         strategy.pk, Strategy.Status.ACTIVE, StrategyEvent.Action.PROMOTE, reviewer, reason, promoted_by_verdict

@@ -2,9 +2,12 @@
 
 Safe promotion (issue 23.4): a strategy is promoted only when the verdict of the test it is in
 says "promote"; anything else needs the reviewer's explicit override, a distinct, audited action.
-The verdict is the latest stage's: once a strategy has gone to trial, its trial's (live traffic,
-the later and stronger evidence; an experiment's "promote" does not outvote a trial still
-collecting runs); before that, its paired experiment's.
+The verdict is the latest stage's that has evidence: once a strategy's trial has runs, its
+trial's (live traffic, the later and stronger evidence; an experiment's "promote" does not outvote
+a trial still collecting runs); before that (not yet on trial, or approved for trial but reached
+by no run yet), its paired experiment's. So a strategy whose experiment said "promote" on a
+dataset's held-out items may be approved and promoted on that verdict at once (the learning
+cycle, strategies/cycle.py), and the first run its trial takes hands the verdict to the trial.
 """
 
 from dataclasses import dataclass, field
@@ -75,5 +78,9 @@ def promotion_verdict(strategy: Strategy, *, stats: TrialStats | None = None) ->
     trial's statistics when the caller has them already."""
     if strategy.status == Strategy.Status.TRIAL or strategy.trial_started_at:
         stats = stats or trial_stats(strategy)
+        if strategy.status == Strategy.Status.TRIAL and not stats.split.treatment + stats.split.control:
+            earlier = experiment_verdict(strategy)
+            if earlier is not None:
+                return earlier  # no trial run yet: the experiment is the only evidence
         return Verdict("trial", stats.recommendation, stats.blockers, stats.as_json())
     return experiment_verdict(strategy) or Verdict("none", "no_verdict")
