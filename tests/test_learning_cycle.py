@@ -140,6 +140,15 @@ def _expression(task: str) -> str | None:
     return found.group(1).strip() if found else None
 
 
+_LESSON_HEADINGS = ("Lessons from earlier runs", "Insights from comparing failed and successful runs")
+
+
+def _picks(report: dict) -> tuple[list[dict], list[dict]]:
+    """The picked proposals, and the picked insight lists (each measured by its own experiment)."""
+    lists = [row for row in report["picked"] if row["pattern_kind"] == Strategy.PatternKind.INSIGHTS]
+    return [row for row in report["picked"] if row not in lists], lists
+
+
 def _model(*, lessons_help: bool):
     """A stand-in for a small model: it works out sums written in digits, and either calls the
     calculator or answers with the expression unevaluated (as the local model did, issue 25),
@@ -147,7 +156,8 @@ def _model(*, lessons_help: bool):
 
     def reply(body: dict) -> dict:
         messages = body["messages"]
-        taught = "Lessons from earlier runs" in messages[0]["content"]
+        # Any lesson counts: a proposal's guidance or an insight list, each under its own heading.
+        taught = any(heading in messages[0]["content"] for heading in _LESSON_HEADINGS)
         expression = _expression(messages[1]["content"])
         if expression is None:
             return completion("I could not work this out.")
@@ -177,7 +187,8 @@ def test_a_strategy_that_helps_on_the_held_out_items_is_promoted_on_its_verdict(
     reviewer = cycle_reviewer("cycle-reviewer")
     report = run_cycle(families=["arithmetic"], mining_limit=6, held_out_limit=24, reviewer=reviewer, out=print)
 
-    [row] = report["picked"]
+    # No baseline run succeeded (untaught, the model leaves every sum unevaluated): no pair, no list.
+    [row], [] = _picks(report)
     experiment = Experiment.objects.get(pk=row["experiment"])
     assert experiment.decision == "promote" == row["decision"] and row["losses"] == 0 and row["wins"] >= 7
     assert row["low"] is not None and row["low"] > 0  # its always-valid interval, above zero
@@ -200,8 +211,11 @@ def test_a_strategy_that_harms_is_rejected_and_never_promoted(small_model):
     reviewer = cycle_reviewer("cycle-reviewer")
     report = run_cycle(families=["arithmetic"], mining_limit=12, held_out_limit=24, reviewer=reviewer, out=print)
 
-    [row] = report["picked"]
+    # The sums in digits succeeded and those in words failed: pairs, so an insight list, picked too.
+    [row], [insights] = _picks(report)
     assert (row["decision"], row["end"], row["wins"]) == ("reject", "rejected", 0)
+    assert (insights["decision"], insights["end"], insights["wins"]) == ("reject", "rejected", 0)
+    assert Experiment.objects.get(pk=insights["experiment"]).strategy_version.insights
     strategy = Strategy.objects.get(pk=row["strategy"])
     assert strategy.status == Strategy.Status.REJECTED
     assert not strategy.events.filter(action__in=["promote", "promote_override", "approve"]).exists()

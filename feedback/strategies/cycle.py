@@ -4,10 +4,12 @@ services, on whatever model is configured:
 1. **baseline**: every item of each workload's *mining* split is submitted as a production run
    (``task_submit``, with the item's expected value as the task's reference, tied to the item it
    answers), executed and evaluated as usual; the *held-out* items are run too, measured apart;
-2. **mining** (``mine_and_propose`` over STRATEGY_MINING_WINDOW_DAYS) and its proposals;
+2. **mining** (``mine_and_propose`` over STRATEGY_MINING_WINDOW_DAYS) and its proposals, and the
+   insight lists written from the baseline's failure/success pairs (``insights_update``);
 3. **a reviewer's pick**: a named reviewer (``reviewer``: recorded as the actor of every decision)
    takes, per family, the proposals that apply to most of its held-out items, then as
-   ``demo.reviewers_pick`` orders them; without a reviewer the cycle stops at the proposals;
+   ``demo.reviewers_pick`` orders them, and the family's insight list; without a reviewer the
+   cycle stops at the proposals;
 4. **a paired experiment** per picked strategy on its family's held-out items, with and without
    it, decided by the sequential sign test (experiments/paired.py); optionally one experiment per
    strategy *kind* (``KINDS``: the picked versions' guidance, worked examples or guardrails alone);
@@ -47,13 +49,11 @@ from feedback.datasets.workloads import seed_workloads
 from feedback.evaluation.chain import evaluate_run
 from feedback.experiments.inline import experiment_run_here
 from feedback.experiments.services import experiment_start, experiment_stop
-from feedback.models import Dataset, DatasetItem, DatasetVersion, Experiment, Run, Strategy, StrategyVersion, Task
+from feedback.models import Dataset, DatasetItem, DatasetVersion, Experiment, Run, Strategy, Task
 from feedback.services import task_submit
 
 from . import cycle_report, demo_report
-from .conditions import matches
-from .cycle_kinds import KINDS
-from .demo import reviewers_pick
+from .cycle_kinds import KINDS, insight_lists, pick, picked_versions
 from .proposals import mine_and_propose
 from .services import IllegalTransition, strategy_approve, strategy_promote, strategy_reject
 
@@ -285,6 +285,7 @@ def _run(cycle: Cycle) -> None:
 
     cycle.stage("mining", f"mine_and_propose over the last {settings.STRATEGY_MINING_WINDOW_DAYS} day(s)")
     proposed = mine_and_propose(window_days=settings.STRATEGY_MINING_WINDOW_DAYS)
+    proposed += insight_lists()
     report["proposed"] = [cycle_report.strategy_row(s) for s in proposed]
     for row in report["proposed"]:
         out(f"  #{row['strategy']} [{row['pattern_kind']}] {row['title']} ({row['status']}, support {row['support']})")
@@ -294,12 +295,12 @@ def _run(cycle: Cycle) -> None:
         return
 
     cycle.stage("pick", f"{cycle.reviewer.get_username()} picks up to {cycle.picks} proposal(s) per family")
-    picked = _pick(cycle)
+    picked = pick(cycle)
     cycle.stage("experiment", "each pick with and without it on its family's held-out items")
     for row in picked:
         strategy = Strategy.objects.get(pk=row["strategy"])
         cycle.experiment(row["family"], row, change_kind="strategy", strategy=strategy)
-    for kind, versions in _picked_versions(picked).items():
+    for kind, versions in picked_versions(picked).items():
         for name in cycle.kinds:
             change = KINDS[name](versions)
             row = {"family": kind, "kind": name, "strategies": [v.strategy_id for v in versions]}
@@ -319,50 +320,6 @@ def _run(cycle: Cycle) -> None:
     cycle_report.add_figures(report, "after")
     report["finished_at"] = timezone.now().isoformat()
     cycle.stage("done", "the report follows")
-
-
-def _pick(cycle: Cycle) -> list[dict]:
-    """Per family, the proposals a reviewer takes: those that apply to most of its held-out items
-    (one that applies to none cannot be measured there), then reviewers_pick's order."""
-    waiting = reviewers_pick(
-        list(Strategy.objects.filter(status=Strategy.Status.PROPOSED).exclude(current_version=None))
-    )
-    taken, picked = set(), []
-    for kind in cycle.versions:
-        items = cycle.items(kind, HELD_OUT)
-        applies = {
-            s.pk: sum(matches(s.current_version.condition, task_kind=i.kind, text=i.text) for i in items)
-            for s in waiting
-            if s.pk not in taken
-        }
-        order = sorted(
-            (s for s in waiting if applies.get(s.pk)), key=lambda s: -applies[s.pk]
-        )  # stable: the pick's order
-        for strategy in order[: cycle.picks]:
-            taken.add(strategy.pk)
-            row = {
-                "family": kind,
-                **cycle_report.strategy_row(strategy),
-                "applies_to": applies[strategy.pk],
-                "held_out": len(items),
-            }
-            picked.append(row)
-            cycle.out(
-                f"  {kind}: picked #{strategy.pk} {strategy.title} (applies to {applies[strategy.pk]} of "
-                f"{len(items)} held-out items)"
-            )
-        if not order:
-            cycle.out(f"  {kind}: no proposal applies to its held-out items: nothing to test")
-    cycle.report["picked"] = picked
-    return picked
-
-
-def _picked_versions(picked: list[dict]) -> dict[str, list[StrategyVersion]]:
-    versions: dict[str, list[StrategyVersion]] = {}
-    for row in picked:
-        experiment = Experiment.objects.select_related("strategy_version").get(pk=row["experiment"])
-        versions.setdefault(row["family"], []).append(experiment.strategy_version)
-    return versions
 
 
 def _decide(cycle: Cycle, row: dict) -> None:
