@@ -163,4 +163,8 @@ def test_it_finds_the_stored_patterns(settings, monkeypatch, seed, support, lift
         assert after == before, _difference(before, after)
         kinds |= {p["kind"] for p in after}
     if (support, lift) == (3, 0.1):  # the histories hold every kind of pattern to find
-        assert kinds == {"error_signature", "malformed_reply", "tool_sequence", "evaluator_feedback", "task_keywords"}
+        # A skipped tool is planted by chance only (a kind's successes must nearly all call it): the
+        # snapshot holds where it is found.
+        assert kinds - {"tool_skipped"} == {
+            "error_signature", "malformed_reply", "tool_sequence", "evaluator_feedback", "task_keywords"
+        }  # fmt: skip

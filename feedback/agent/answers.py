@@ -67,7 +67,11 @@ def quoted_refusal(answer: str, steps: Iterable[Step]) -> str:
     """The guardrail refusal ``answer`` quotes, or "": it carries the refusals' marker, or half
     (at least three) of one refusal's word triples, those of the refused call's arguments aside
     (an answer may well name the file it was asked about)."""
-    refusals = [s for s in steps if s.kind == Step.Kind.TOOL_CALL and s.error_class == GUARDRAIL_REFUSED and s.error]
+    refusals = [
+        s
+        for s in steps
+        if s.kind in (Step.Kind.TOOL_CALL, Step.Kind.MODEL_ERROR) and s.error_class == GUARDRAIL_REFUSED and s.error
+    ]
     if not refusals:
         return ""
     said = _trigrams(answer)

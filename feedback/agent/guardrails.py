@@ -13,13 +13,18 @@ Kinds (each a dict with a "type"):
   error, "… is the name of a file in the workspace, not its text").
 - ``retry_policy``: ``{"tool": ..., "timeout": 20, "max_attempts": 5}`` overrides the tool's.
 - ``tool_disabled``: ``{"tool": ...}`` refuses the tool for the runs the strategy matches.
+- ``answer_precondition``: ``{"tool": "calculator"}`` refuses a final answer until the tool has
+  succeeded in this run (the model is told to call it, and the tool is offered whatever tool
+  retrieval chose): for the runs whose answers fail when they skip a tool that the successes of
+  their kind call (mined as ``tool_skipped``). A model that answers again without it after
+  ANSWER_REFUSALS refusals keeps its answer: the rule asks, it does not loop.
 - ``tool_subset``: ``{"tools": ["list_directory", "read_text_file"]}`` offers only those tools
   (and update_plan, which the base prompt asks every run to call): fewer tools, a shorter
   catalogue, fewer names to make up, which is what small models need. Applied by ``tools()``.
 - ``tool_mode``: ``{"mode": "json"}`` or ``{"mode": "native"}``: how the run's model calls ask for
   tool calls (LLM_TOOL_MODE, per run). ``tool_mode(configured)`` says which mode to use.
 
-The first four apply to one tool (``"tool"``); the last two to the run.
+The first five apply to one tool (``"tool"``); the last two to the run.
 """
 
 import json
@@ -32,7 +37,10 @@ from feedback import saferegex
 from .sandbox import SandboxError, file_named, one_file_named, resolve
 from .tools import Tool
 
-KINDS = ("tool_precondition", "parameter_rule", "retry_policy", "tool_disabled", "tool_subset", "tool_mode")
+KINDS = (
+    "tool_precondition", "parameter_rule", "retry_policy", "tool_disabled", "answer_precondition", "tool_subset",
+    "tool_mode",
+)  # fmt: skip
 _RUN_KINDS = frozenset({"tool_subset", "tool_mode"})
 TOOL_MODES = ("json", "native")
 PARAMETER_ACTIONS = ("resolve_in_workspace", "file_name_as_path")
@@ -40,6 +48,8 @@ PARAMETER_ACTIONS = ("resolve_in_workspace", "file_name_as_path")
 ALWAYS_OFFERED = frozenset({"update_plan"})
 # How every refusal begins: the runtime's words to the model, which no answer may carry (answers.py).
 REFUSAL_MARKER = "Guardrail:"
+# How many answers an answer_precondition refuses in one run before it lets one stand.
+ANSWER_REFUSALS = 2
 
 
 def check_guardrails(guardrails: Any) -> list[str]:
@@ -137,6 +147,26 @@ class Guardrails:
 
     def disabled(self, name: str) -> bool:
         return bool(self._for(name, "tool_disabled"))
+
+    def required_before_answer(self, tools: dict[str, Tool]) -> dict[str, Tool]:
+        """The tools of ``tools`` an answer_precondition requires: offered to the run whatever
+        tool retrieval chose, since its answer waits for them."""
+        required = {r["tool"] for r in self.rules if r["type"] == "answer_precondition"}
+        return {name: tool for name, tool in tools.items() if name in required}
+
+    def answer_refusal(self, succeeded: set[str], offered: set[str] | None = None) -> str:
+        """Why a final answer is refused now ("" when it is not): a required tool that has not
+        succeeded in the run yet (of those ``offered`` to it, when given: a tool the registry no
+        longer has cannot be asked for)."""
+        for rule in self.rules:
+            tool = rule.get("tool")
+            usable = offered is None or tool in offered
+            if rule["type"] == "answer_precondition" and usable and tool not in succeeded:
+                return (
+                    f"{REFUSAL_MARKER} call {tool} and use its result before you answer "
+                    f"(a rule learned from earlier failures of tasks like this one)."
+                )
+        return ""
 
     def check(self, name: str, raw_arguments: str, succeeded: set[str]) -> Decision:
         """Apply the preconditions and parameter rules to a call before it runs."""

@@ -26,7 +26,7 @@ from feedback.strategies import injection as strategy_injection
 from .answers import GUARDRAIL_REFUSED, unusable
 from .confirmations import Paused, ask_for_confirmation, needs_confirmation, resume_confirmed_calls
 from .conversation import Conversation, recorded_steps
-from .guardrails import Decision, Guardrails
+from .guardrails import ANSWER_REFUSALS, Decision, Guardrails
 from .invoker import Outcome, invoke, refused
 from .lease import Heartbeat, LeaseLost, claim_run, load_run, new_lease
 from .llm import ChatModel, ModelCall, ToolCall, apply_tool_mode, call_model, get_model
@@ -79,6 +79,7 @@ class AgentLoop:
             # it (SUBAGENT_MAX_DEPTH=0 turns sub-agents off; a small model delegated everything).
             offerable = {name: tool for name, tool in offerable.items() if name != "delegate"}
         self.tools, method = select_tools(self.run.task.text, offerable)
+        self.tools |= self.guardrails.required_before_answer(offerable)
         self.record.update_run(
             system_prompt=injection.system_prompt_text(),
             llm_backend=self.model.backend,
@@ -177,6 +178,13 @@ class AgentLoop:
                 self.record.step(**step)
                 continue
             model_errors = 0
+            if not reply.tool_calls and (refusal := self._answer_refused()):
+                # Not a reply the loop cannot use: an answer a guardrail holds back until a tool
+                # has run (guardrails.py), so it is a refusal, not an error, and no model error.
+                self.record.step(**called.step_fields(), turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
+                                 error=refusal, error_class=GUARDRAIL_REFUSED, thought=refusal,
+                                 result={"raw": reply.content[:2000]})  # fmt: skip
+                continue
             if not reply.tool_calls:
                 return self._finish(
                     Run.Status.SUCCEEDED,
@@ -238,12 +246,24 @@ class AgentLoop:
             ask_for_confirmation(run=self.run, lease=self.lease, turn=turn, calls=waiting, tools=self.tools)
         return [s for s in steps if s.success is False]
 
+    def _succeeded(self) -> set[str]:
+        return {s.tool_name for s in self.record.steps or () if s.kind == Step.Kind.TOOL_CALL and s.success}
+
     def _guard(self, calls: list[ToolCall]) -> dict[str, Decision]:
         """The guardrails' verdict on each call, before any of them runs."""
         if not self.guardrails:
             return {c.id: Decision(arguments=c.arguments) for c in calls}
-        succeeded = {s.tool_name for s in self.record.steps or () if s.kind == Step.Kind.TOOL_CALL and s.success}
+        succeeded = self._succeeded()
         return {c.id: self.guardrails.check(c.name, c.arguments, succeeded) for c in calls}
+
+    def _answer_refused(self) -> str:
+        """A guardrail's refusal of a final answer now; "" when none applies or it has refused
+        ANSWER_REFUSALS answers of this run already (then the answer stands)."""
+        if not self.guardrails:
+            return ""
+        refused = sum(1 for s in self.record.steps or () if s.kind == Step.Kind.MODEL_ERROR
+                      and s.error_class == GUARDRAIL_REFUSED)  # fmt: skip
+        return "" if refused >= ANSWER_REFUSALS else self.guardrails.answer_refusal(self._succeeded(), set(self.tools))
 
     # --- plan and sub-agents ----------------------------------------------------------------
     def _is_engine(self, call: ToolCall) -> bool:

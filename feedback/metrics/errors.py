@@ -8,10 +8,11 @@ An **error** is a step where the agent's work went wrong:
 - a model error (a ``model_error`` step): the model unreachable, or a reply the loop could not
   use (malformed, empty, an echo of the instruction).
 
-Two failed tool calls are **not** errors and are counted apart, each as its own figure:
+Two kinds of refusal are **not** errors and are counted apart, each as its own figure:
 
 - a **guardrail refusal** (``GuardrailRefused``): an active strategy's rule refused the call
-  before it ran; that is a strategy at work, not a mistake (a run it derails still fails);
+  before it ran, or held back an answer until a tool had run (a ``model_error`` step of that
+  class); that is a strategy at work, not a mistake (a run it derails still fails);
 - a **human rejection** (``Refused``): a reviewer refused a sensitive call's confirmation.
 
 An error is *repeated* when its signature (tool + error class + normalised message) was already
@@ -29,12 +30,14 @@ PERSON_REFUSED = "Refused"
 REFUSALS = (GUARDRAIL_REFUSED, PERSON_REFUSED)
 
 _FAILED_CALL = Q(kind=Step.Kind.TOOL_CALL, success=False)
-# On Step: the steps that are errors, and the two kinds of refusal counted apart.
-ERROR_STEP = (_FAILED_CALL & ~Q(error_class__in=REFUSALS)) | Q(kind=Step.Kind.MODEL_ERROR)
-GUARDRAIL_REFUSAL = _FAILED_CALL & Q(error_class=GUARDRAIL_REFUSED)
-HUMAN_REJECTION = _FAILED_CALL & Q(error_class=PERSON_REFUSED)
+_MODEL_ERROR = Q(kind=Step.Kind.MODEL_ERROR)
 # Every step that went wrong one way or another: an error or a refusal.
-WENT_WRONG = _FAILED_CALL | Q(kind=Step.Kind.MODEL_ERROR)
+WENT_WRONG = _FAILED_CALL | _MODEL_ERROR
+# On Step: the steps that are errors, and the two kinds of refusal counted apart. A guardrail
+# refuses a call before it runs, or an answer until a tool has run (a model_error step).
+ERROR_STEP = WENT_WRONG & ~Q(error_class__in=REFUSALS)
+GUARDRAIL_REFUSAL = WENT_WRONG & Q(error_class=GUARDRAIL_REFUSED)
+HUMAN_REJECTION = _FAILED_CALL & Q(error_class=PERSON_REFUSED)
 
 
 def run_had_error(run: str = "pk") -> Exists:

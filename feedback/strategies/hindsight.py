@@ -69,6 +69,9 @@ def _run_wide(run: Run, steps: list[Step], guardrails: Guardrails) -> list[str]:
         for s in steps
         if not s.success
     )
+    succeeded = {s.tool_name for s in steps if s.kind == Step.Kind.TOOL_CALL and s.success}
+    if run.status == Run.Status.SUCCEEDED and (refusal := guardrails.answer_refusal(succeeded)):
+        actions.append(_("Its answer would have been held back: %(refusal)s") % {"refusal": refusal})
     mode = _run_mode(steps)
     # "auto" is native tool calls first (guardrails.tool_mode).
     target = {"auto": "native"}.get(guardrails.tool_mode(mode), guardrails.tool_mode(mode))
@@ -115,6 +118,10 @@ def _first_step_acted_on(steps: list[Step], guardrails: Guardrails) -> tuple[str
     return "", False
 
 
+def _called(steps: list[Step], tool: str) -> bool:
+    return any(s.kind == Step.Kind.TOOL_CALL and s.tool_name == tool and s.success for s in steps)
+
+
 def _bigram(steps: list[Step], first: str, then: str) -> bool:
     calls = [s.tool_name for s in steps if s.kind == Step.Kind.TOOL_CALL and s.tool_name != "update_plan"]
     return any(a == first and b == then for a, b in pairwise(calls))
@@ -138,6 +145,8 @@ def _shows_pattern(strategy: Strategy, runs: list[Run], steps: dict[int, list[St
             )
             for r in runs
         }
+    if kind == "tool_skipped":
+        return {r.pk: not _called(steps[r.pk], rest) for r in runs}
     if kind == "tool_sequence":
         first, _, then = rest.partition(">")
         return {r.pk: _bigram(steps[r.pk], first, then) for r in runs}

@@ -58,6 +58,8 @@ def _guardrails(pattern: Pattern) -> list[dict]:
             return [{"type": "tool_precondition", "tool": first, "requires": then}]
     if pattern.kind == "malformed_reply":
         return _reply_guardrails(d)
+    if pattern.kind == "tool_skipped":
+        return [{"type": "answer_precondition", "tool": d["tool"]}]
     return []
 
 
@@ -116,6 +118,15 @@ def _template(pattern: Pattern, found: Secrets) -> Proposal:
             f"The {d['evaluator']} evaluator scored {share} low ({summary}), against {contrast}.",
             old,
             guidance.format(kind=kind),
+        )
+    if pattern.kind == "tool_skipped":
+        tool, called = d["tool"], round(100 * d["called_by_successes"])
+        return (
+            f"Call {tool} before answering {kind} tasks",
+            f"{share} did without a successful {tool} call, against {contrast}; {called}% of the "
+            f"succeeding {kind} runs called it.",
+            f"Answers without calling {tool}, from its own reckoning.",
+            f"In {kind} tasks, call {tool} first and answer with what it returns, not with your own reckoning.",
         )
     if pattern.kind == "malformed_reply":
         title, old, guidance = _REPLY_FAILURES[d["failure"]]

@@ -122,7 +122,9 @@ def _interval(leaves: Leaves, minimum: int) -> Interval | None:
 
 def watch_stats(strategy: Strategy) -> Watch:
     """The active strategy's figures since promotion against its trial's (module docstring)."""
-    refused = Step.objects.filter(run=OuterRef("run"), kind=Step.Kind.TOOL_CALL, error_class=GUARDRAIL_REFUSAL)
+    refused = Step.objects.filter(
+        run=OuterRef("run"), kind__in=[Step.Kind.TOOL_CALL, Step.Kind.MODEL_ERROR], error_class=GUARDRAIL_REFUSAL
+    )
     rows = (
         AppliedStrategy.objects.filter(strategy_version__strategy=strategy, run__purpose=Run.Purpose.PRODUCTION)
         .annotate(

@@ -1,0 +1,127 @@
+"""A tool the successes call, skipped (issue 25): mining finds the runs of a kind that fail when
+they answer without a tool that the kind's successes call, and proposes the guardrail that holds
+the answer back until the tool has run; the loop enforces it on a real OpenAI-compatible endpoint
+(the real SDK over HTTP), counts its refusals apart from errors, and lets an answer stand after
+ANSWER_REFUSALS refusals."""
+
+import pytest
+
+from feedback import metrics
+from feedback.agent.guardrails import ANSWER_REFUSALS, REFUSAL_MARKER, Guardrails, check_guardrails
+from feedback.agent.loop import execute_run
+from feedback.metrics.window import Window
+from feedback.models import Run, Step, Strategy, StrategyVersion, Task
+from feedback.strategies.hindsight import evidence_hindsight, tally
+from feedback.strategies.proposals import mine_and_propose
+
+from .factories import make_run
+from .fake_openai import call, completion
+
+pytestmark = pytest.mark.django_db
+RULE = {"type": "answer_precondition", "tool": "calculator"}
+
+
+def test_the_rule_is_checked_and_asks_for_its_tool(tmp_path):
+    assert check_guardrails([RULE]) == []
+    assert check_guardrails([{"type": "answer_precondition"}]) == ["Guardrail 1: name the tool it applies to."]
+    rules = Guardrails([RULE], tmp_path)
+    refusal = rules.answer_refusal(succeeded={"update_plan"}, offered={"calculator", "update_plan"})
+    assert refusal.startswith(REFUSAL_MARKER) and "call calculator" in refusal
+    assert rules.answer_refusal(succeeded={"calculator"}, offered={"calculator"}) == ""
+    # A tool the run cannot have is not asked for.
+    assert rules.answer_refusal(succeeded=set(), offered={"update_plan"}) == ""
+
+
+def _live_rule() -> Strategy:
+    strategy = Strategy.objects.create(title="Call the calculator", pattern_kind="tool_skipped", status="active")
+    strategy.current_version = StrategyVersion.objects.create(
+        strategy=strategy, number=1, title=strategy.title, pattern="answers without the calculator",
+        new_guidance="", guardrails=[RULE], condition={"task_kinds": ["arithmetic"]},
+    )  # fmt: skip
+    strategy.save()
+    return strategy
+
+
+def _ask(workspace) -> Run:
+    run = make_run(text="What is 41 * 12 + 7?", kind=Task.Kind.ARITHMETIC, workspace=workspace)
+    execute_run(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def test_an_answer_waits_for_the_tool_and_the_refusal_is_no_error(endpoint, demo_workspace):
+    _live_rule()
+    endpoint.script = [
+        completion("41 * 12 + 7"),  # the expression, unevaluated: held back
+        completion(tool_calls=[call("calculator", {"expression": "41 * 12 + 7"})]),
+        completion("499"),
+    ]
+    run = _ask(demo_workspace)
+    assert (run.status, run.final_output) == (Run.Status.SUCCEEDED, "499")
+    kinds = list(run.steps.order_by("index").values_list("kind", "error_class", "tool_name"))
+    assert kinds == [("model_error", "GuardrailRefused", ""), ("thought", "", ""), ("tool_call", "", "calculator"),
+                     ("final", "", "")]  # fmt: skip
+    held = run.steps.get(kind=Step.Kind.MODEL_ERROR)
+    assert held.result == {"raw": "41 * 12 + 7"} and "call calculator" in held.error
+    # The model was told why, in the runtime's words, before its second reply.
+    told = endpoint.requests[1]["messages"][-1]
+    assert told["role"] == "user" and "call calculator and use its result before you answer" in told["content"]
+    # Offered whatever retrieval chose: the answer waits for it.
+    assert "calculator" in run.tools_offered
+    summary = metrics.repeated_error_summary(Window(since=run.created_at, until=run.finished_at))
+    assert (summary["errors"], summary["guardrail_refusals"]) == (0, 1)
+
+
+def test_an_answer_stands_after_the_refusals(endpoint, demo_workspace):
+    _live_rule()
+    endpoint.script = [completion("It is 500.")] * (ANSWER_REFUSALS + 1)
+    run = _ask(demo_workspace)
+    assert (run.status, run.final_output) == (Run.Status.SUCCEEDED, "It is 500.")
+    refused = run.steps.filter(kind=Step.Kind.MODEL_ERROR, error_class="GuardrailRefused").count()
+    assert refused == ANSWER_REFUSALS and len(endpoint.requests) == ANSWER_REFUSALS + 1
+
+
+def test_without_the_rule_the_answer_is_taken_at_once(endpoint, demo_workspace):
+    endpoint.script = [completion("41 * 12 + 7")]
+    run = _ask(demo_workspace)
+    assert (run.status, run.final_output) == (Run.Status.SUCCEEDED, "41 * 12 + 7")
+    assert not run.steps.filter(kind=Step.Kind.MODEL_ERROR).exists()
+
+
+# --- mining ------------------------------------------------------------------------------------------
+def _history(*, succeeding_calls: int) -> list[Run]:
+    """Eight failing arithmetic runs that answered without a tool, six succeeding ones of which
+    ``succeeding_calls`` called the calculator."""
+    failing = []
+    for i in range(8):
+        run = make_run(text=f"What is {i} * 17 + 3?", status="succeeded", score=0.1, outcome="not_accomplished",
+                       final_output=f"{i} * 17 + 3")  # fmt: skip
+        Step.objects.create(run=run, index=0, kind="final", thought=run.final_output, success=True)
+        failing.append(run)
+    for i in range(6):
+        run = make_run(text=f"What is {i} * 19 + 1?", status="succeeded", score=0.95, outcome="accomplished",
+                       final_output=str(i * 19 + 1))  # fmt: skip
+        if i < succeeding_calls:
+            Step.objects.create(run=run, index=0, kind="tool_call", tool_name="calculator", success=True,
+                                arguments={"expression": f"{i} * 19 + 1"}, result={"value": i * 19 + 1})  # fmt: skip
+    return failing
+
+
+@pytest.mark.usefixtures("mining_thresholds")
+def test_mining_proposes_the_guardrail_and_hindsight_says_it_would_have_acted():
+    failing = _history(succeeding_calls=6)
+    [strategy] = [s for s in mine_and_propose(window_days=None) if s.pattern_kind == "tool_skipped"]
+    version = strategy.current_version
+    assert version.guardrails == [RULE] and version.condition["task_kinds"] == ["arithmetic"]
+    assert strategy.title == "Call calculator before answering arithmetic tasks"
+    assert "8 of 8 failing arithmetic runs" in version.pattern and "100% of the succeeding" in version.pattern
+    assert sorted(strategy.evidence.values_list("pk", flat=True)) == sorted(r.pk for r in failing)
+    said = evidence_hindsight(strategy, list(strategy.evidence.select_related("task")))
+    assert tally(said)["guardrail"] == 8
+    assert all(any("would have been held back" in a for a in h.actions) for h in said)
+
+
+@pytest.mark.usefixtures("mining_thresholds")
+def test_a_tool_the_successes_call_now_and_then_is_no_pattern():
+    _history(succeeding_calls=3)
+    assert not [s for s in mine_and_propose(window_days=None) if s.pattern_kind == "tool_skipped"]
