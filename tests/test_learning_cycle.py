@@ -221,3 +221,29 @@ def test_a_strategy_that_harms_is_rejected_and_never_promoted(small_model):
     assert not strategy.events.filter(action__in=["promote", "promote_override", "approve"]).exists()
     before, after = report["figures"]["before"]["arithmetic"], report["figures"]["after"]["arithmetic"]
     assert before["strict_correct"] == after["strict_correct"] == 8  # nothing went live
+
+
+def test_a_sensitive_call_is_refused_by_the_cycles_reviewer_and_the_run_goes_on(small_model):
+    # The local model e-mailed its arithmetic (send_reply, which waits for a person's confirmation):
+    # the cycle runs unattended, so its reviewer refuses the call and the run ends without it.
+    from feedback.experiments.inline import UNATTENDED
+    from feedback.models import ToolConfirmation
+
+    def reply(body: dict) -> dict:
+        told = [m for m in body["messages"] if m["role"] == "tool"]
+        if not told:
+            return completion(tool_calls=[call("send_reply", {"to": "a@example.com", "subject": "Sum", "body": "42"})])
+        return completion("42")
+
+    small_model.responder = reply
+    reviewer = cycle_reviewer("cycle-reviewer")
+    report = run_cycle(families=["arithmetic"], mining_limit=2, held_out_limit=2, reviewer=reviewer, out=print)
+
+    confirmations = ToolConfirmation.objects.all()
+    # One per run of the cycle: the baseline, the held-out runs before and after, any experiment's.
+    assert len(report["runs"]["baseline"]["arithmetic"]) == 2 and confirmations.count() == Run.objects.count() >= 6
+    assert set(confirmations.values_list("status", "decided_by", "reason")) == {
+        (ToolConfirmation.Status.REJECTED, reviewer.pk, UNATTENDED)
+    }
+    assert not Run.objects.filter(status__in=Run.ACTIVE_STATUSES).exists()
+    assert set(Run.objects.values_list("status", "final_output")) == {(Run.Status.SUCCEEDED, "42")}

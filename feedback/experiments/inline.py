@@ -6,11 +6,31 @@ A worker that also takes a run finds it claimed (and the other way round): nothi
 import time
 from collections.abc import Callable
 
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
 from feedback.agent.loop import execute_run
 from feedback.evaluation.chain import evaluate_run
-from feedback.models import Experiment, Run
+from feedback.models import Experiment, Run, ToolConfirmation
 
 from .services import experiment_advance, experiment_pair_ids
+
+UNATTENDED = "Refused unattended: no person is there to confirm a sensitive call, so it does not run."
+
+
+def execute_unattended(run_id: int, *, refuse_as: AbstractBaseUser | None) -> None:
+    """Execute the run here. A run that stops for a person's confirmation of a sensitive call waits
+    for one, unless ``refuse_as`` is given: then that person (a reviewer account the caller acts
+    as, recorded as the decider) refuses every call it waits for and the run goes on without them,
+    as it would after a reviewer's refusal in the inbox."""
+    from feedback.services import confirmation_decide
+
+    execute_run(run_id)
+    while refuse_as is not None and Run.objects.filter(pk=run_id, status=Run.Status.AWAITING_CONFIRMATION).exists():
+        for waiting in ToolConfirmation.objects.filter(run_id=run_id, status=ToolConfirmation.Status.PENDING):
+            with transaction.atomic():
+                confirmation_decide(confirmation=waiting, user=refuse_as, approve=False, reason=UNATTENDED)
+        execute_run(run_id)
 
 
 def experiment_run_here(
@@ -19,10 +39,12 @@ def experiment_run_here(
     timeout: float = 3600,
     out: Callable[[str], None] | None = None,
     each_run: Callable[[int], None] | None = None,
+    refuse_as: AbstractBaseUser | None = None,
 ) -> Experiment:
     """Run the experiment's pairs here until it ends (or ``timeout`` seconds pass; it then goes
     on in the workers, if any). ``each_run(run_id)`` after each run executed and evaluated here
-    (a progress line per run: on a real model a run takes the better part of a minute)."""
+    (a progress line per run: on a real model a run takes the better part of a minute);
+    ``refuse_as``: who refuses the sensitive calls its runs wait for (``execute_unattended``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         experiment = experiment_advance(experiment_id=experiment_id)
@@ -31,7 +53,7 @@ def experiment_run_here(
         runs = Run.objects.filter(experiment_pair_ids(experiment))
         queued = list(runs.filter(status=Run.Status.QUEUED).order_by("pk").values_list("pk", flat=True))
         for run_id in queued:
-            execute_run(run_id)
+            execute_unattended(run_id, refuse_as=refuse_as)
             if each_run is not None:
                 evaluate_run(run_id)  # idempotent: the sweep below finds it scored
                 each_run(run_id)
