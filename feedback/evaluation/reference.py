@@ -255,6 +255,27 @@ COMPARISONS = {
 }
 
 
+def workspace_choices(run: Run, expected: str, *, limit: int = 500) -> list[str]:
+    """When every label the expected answer lists names a file of the run's workspace (by its
+    name or its name without the extension), the task was a choice among the files of their
+    folders ("name every urgent email", "which files mention X"): those files' names are the
+    labels the answer may name, rightly or wrongly. Empty otherwise, or past ``limit`` files."""
+    workspace = run.task.workspace
+    if workspace is None or not workspace.path.is_dir():
+        return []
+    folders: dict[str, set] = {}
+    for count, path in enumerate(p for p in workspace.path.rglob("*") if p.is_file()):
+        if count >= limit:
+            return []
+        for name in (path.name, path.stem):
+            folders.setdefault(normalise(name), set()).add(path.parent)
+    wanted = [normalise(label) for label in expected_labels(expected)]
+    if not wanted or not all(label in folders for label in wanted):
+        return []
+    chosen_from = set().union(*(folders[label] for label in wanted))
+    return sorted({path.stem for folder in chosen_from for path in folder.iterdir() if path.is_file()})
+
+
 def reference_evaluator(run: Run, config: dict) -> Verdict | None:
     """Compare the final answer with the task's expected answer; not applicable without one.
     Only what the answer asserts counts (see reading.py). Its verdict:
@@ -266,6 +287,10 @@ def reference_evaluator(run: Run, config: dict) -> Verdict | None:
     mode = config.get("mode", "auto")
     if mode == "auto":
         mode = choose_mode(expected)
+        choices = workspace_choices(run, expected) if mode in ("labels", "normalised") else []
+        if choices and "all_labels" not in config:
+            # A choice among the workspace's files: naming one not chosen is a wrong label too.
+            mode, config = "labels", {**config, "all_labels": choices}
     compare = COMPARISONS.get(mode)
     if compare is None:
         raise EvaluatorError(f"Unknown reference mode {mode!r}; use one of {', '.join(COMPARISONS)}.")
