@@ -125,3 +125,64 @@ def test_mining_proposes_the_guardrail_and_hindsight_says_it_would_have_acted():
 def test_a_tool_the_successes_call_now_and_then_is_no_pattern():
     _history(succeeding_calls=3)
     assert not [s for s in mine_and_propose(window_days=None) if s.pattern_kind == "tool_skipped"]
+
+
+# --- the tool's result, left out of the answer -------------------------------------------------------
+USE_RESULT = {**RULE, "use_result": True}
+
+
+def test_what_a_call_returned_is_its_result_less_what_it_was_given():
+    from feedback.agent.guardrails import result_values, states_result
+
+    values = result_values({"expression": "348 / 12 + 27", "value": 56}, {"expression": "348 / 12 + 27"})
+    assert values == [56]
+    assert states_result("The answer is 56.", values) and states_result("56.0", values)
+    assert not states_result("348 / 12 + 27", values) and not states_result("It is 560.", values)
+    assert states_result("1,001 in all", [1001]) and states_result("See report.txt", ["report.txt"])
+    assert check_guardrails([{**RULE, "use_result": "yes"}]) == ["Guardrail 1: use_result is true or false."]
+
+
+def test_an_answer_without_the_tools_result_is_held_back_until_it_states_it(endpoint, demo_workspace):
+    strategy = _live_rule()
+    strategy.current_version.guardrails = [USE_RESULT]
+    strategy.current_version.save()
+    endpoint.script = [
+        completion(tool_calls=[call("calculator", {"expression": "41 * 12 + 7"})]),
+        completion("41 * 12 + 7"),  # the expression it gave the calculator, not its value
+        completion("The answer is 499."),
+    ]
+    run = _ask(demo_workspace)
+    assert (run.status, run.final_output) == (Run.Status.SUCCEEDED, "The answer is 499.")
+    held = run.steps.get(kind=Step.Kind.MODEL_ERROR)
+    assert held.error_class == "GuardrailRefused" and "does not state what calculator returned (499)" in held.error
+    assert held.result == {"raw": "41 * 12 + 7"}
+
+
+def _answered(*, text: str, good: bool, answer: str, value: int | None) -> Run:
+    run = make_run(text=text, status="succeeded", score=0.95 if good else 0.1,
+                   outcome="accomplished" if good else "not_accomplished", final_output=answer)  # fmt: skip
+    if value is not None:
+        Step.objects.create(run=run, index=0, kind="tool_call", tool_name="calculator", success=True,
+                            arguments={"expression": text}, result={"expression": text, "value": value})  # fmt: skip
+    return run
+
+
+@pytest.mark.usefixtures("mining_thresholds")
+def test_mining_finds_the_result_left_out_and_proposes_that_the_answer_waits_for_it():
+    # As the local model did: it called the calculator, then answered with the expression.
+    failing = [
+        _answered(text=f"{i} * 17 + 3", good=False, answer=f"{i} * 17 + 3", value=i * 17 + 3) for i in range(1, 8)
+    ]
+    for i in range(5):
+        _answered(text=f"{i} * 19 + 1", good=True, answer=f"It is {i * 19 + 1}.", value=i * 19 + 1)
+    for i in range(3):  # successes that worked it out without the tool do not count against it
+        _answered(text=f"{i} + 2", good=True, answer=str(i + 2), value=None)
+    [strategy] = [s for s in mine_and_propose(window_days=None) if s.pattern_kind == "tool_result_unused"]
+    assert strategy.current_version.guardrails == [USE_RESULT]
+    assert strategy.title == "Answer arithmetic tasks with calculator's result"
+    assert sorted(strategy.evidence.values_list("pk", flat=True)) == sorted(r.pk for r in failing)
+    said = evidence_hindsight(strategy, list(strategy.evidence.select_related("task")))
+    assert tally(said)["guardrail"] == 7
+    assert all(any("does not state what calculator returned" in a for a in h.actions) for h in said)
+    # They called the tool: none of them skipped it.
+    assert not Strategy.objects.filter(pattern_kind="tool_skipped").exists()

@@ -16,8 +16,12 @@ Kinds (each a dict with a "type"):
 - ``answer_precondition``: ``{"tool": "calculator"}`` refuses a final answer until the tool has
   succeeded in this run (the model is told to call it, and the tool is offered whatever tool
   retrieval chose): for the runs whose answers fail when they skip a tool that the successes of
-  their kind call (mined as ``tool_skipped``). A model that answers again without it after
-  ANSWER_REFUSALS refusals keeps its answer: the rule asks, it does not loop.
+  their kind call (mined as ``tool_skipped``). With ``"use_result": true`` it also refuses an
+  answer that states none of what the tool's last successful call returned (its values other
+  than the call's own arguments: a calculator's value, not the expression it was given), for
+  the runs that call the tool and then answer without its result (mined as
+  ``tool_result_unused``). A model that answers again without it after ANSWER_REFUSALS
+  refusals keeps its answer: the rule asks, it does not loop.
 - ``tool_subset``: ``{"tools": ["list_directory", "read_text_file"]}`` offers only those tools
   (and update_plan, which the base prompt asks every run to call): fewer tools, a shorter
   catalogue, fewer names to make up, which is what small models need. Applied by ``tools()``.
@@ -28,6 +32,7 @@ The first five apply to one tool (``"tool"``); the last two to the run.
 """
 
 import json
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -50,6 +55,41 @@ ALWAYS_OFFERED = frozenset({"update_plan"})
 REFUSAL_MARKER = "Guardrail:"
 # How many answers an answer_precondition refuses in one run before it lets one stand.
 ANSWER_REFUSALS = 2
+_NUMBER = re.compile(r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?")
+
+
+def _scalars(value: Any) -> list:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _scalars(v)]
+    if isinstance(value, list):
+        return [s for v in value[:50] for s in _scalars(v)]
+    return [value] if isinstance(value, int | float | str) and not isinstance(value, bool) else []
+
+
+def result_values(result: Any, arguments: Any) -> list:
+    """What a tool call returned, as an answer could state it: the result's numbers and short
+    texts, less what the call was given (a calculator's value, not its expression)."""
+    given = {str(v).strip().casefold() for v in _scalars(arguments)}
+    found = [v for v in _scalars(result) if str(v).strip().casefold() not in given]
+    return [v for v in found if not isinstance(v, str) or 0 < len(v.strip()) <= 200]
+
+
+def last_results(steps) -> dict[str, list]:
+    """Each tool's last successful call in a run's steps (in order), as result_values reads it."""
+    return {s.tool_name: result_values(s.result, s.arguments) for s in steps if s.kind == "tool_call" and s.success}
+
+
+def states_result(answer: str, values: list) -> bool:
+    """Whether the answer states one of ``values``: a number equal to it (whatever its
+    formatting: 1,001, 1001.0), or a text it contains."""
+    numbers = [float(n.replace(",", "")) for n in _NUMBER.findall(answer)]
+    folded = answer.casefold()
+    for value in values:
+        if isinstance(value, str) and value.strip().casefold() in folded:
+            return True
+        if isinstance(value, int | float) and any(abs(n - value) <= 1e-6 * max(1.0, abs(value)) for n in numbers):
+            return True
+    return False
 
 
 def check_guardrails(guardrails: Any) -> list[str]:
@@ -69,6 +109,8 @@ def check_guardrails(guardrails: Any) -> list[str]:
             problems.append(f"Guardrail {i}: a tool mode needs 'mode': {' or '.join(TOOL_MODES)}.")
         if g["type"] not in _RUN_KINDS and (not isinstance(g.get("tool"), str) or not g["tool"]):
             problems.append(f"Guardrail {i}: name the tool it applies to.")
+        if g["type"] == "answer_precondition" and not isinstance(g.get("use_result", False), bool):
+            problems.append(f"Guardrail {i}: use_result is true or false.")
         if g["type"] == "tool_precondition" and not isinstance(g.get("requires"), str):
             problems.append(f"Guardrail {i}: a precondition needs 'requires' (a tool name).")
         if g["type"] == "parameter_rule":
@@ -154,17 +196,29 @@ class Guardrails:
         required = {r["tool"] for r in self.rules if r["type"] == "answer_precondition"}
         return {name: tool for name, tool in tools.items() if name in required}
 
-    def answer_refusal(self, succeeded: set[str], offered: set[str] | None = None) -> str:
-        """Why a final answer is refused now ("" when it is not): a required tool that has not
+    def answer_refusal(
+        self, succeeded: set[str], offered: set[str] | None = None, *, answer: str = "", results: dict | None = None
+    ) -> str:
+        """Why a final ``answer`` is refused now ("" when it is not): a required tool that has not
         succeeded in the run yet (of those ``offered`` to it, when given: a tool the registry no
-        longer has cannot be asked for)."""
+        longer has cannot be asked for), or, for a rule that says so, whose last result
+        (``results``: tool -> what result_values found in its last successful call) the answer
+        does not state."""
         for rule in self.rules:
             tool = rule.get("tool")
-            usable = offered is None or tool in offered
-            if rule["type"] == "answer_precondition" and usable and tool not in succeeded:
+            if rule["type"] != "answer_precondition" or (offered is not None and tool not in offered):
+                continue
+            if tool not in succeeded:
                 return (
                     f"{REFUSAL_MARKER} call {tool} and use its result before you answer "
                     f"(a rule learned from earlier failures of tasks like this one)."
+                )
+            values = (results or {}).get(tool) or []
+            if rule.get("use_result") and values and not states_result(answer, values):
+                shown = ", ".join(str(v) for v in values[:5])
+                return (
+                    f"{REFUSAL_MARKER} your answer does not state what {tool} returned ({shown}): answer with "
+                    f"its result, not with your own working (a rule learned from earlier failures)."
                 )
         return ""
 

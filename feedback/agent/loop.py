@@ -26,7 +26,7 @@ from feedback.strategies import injection as strategy_injection
 from .answers import GUARDRAIL_REFUSED, unusable
 from .confirmations import Paused, ask_for_confirmation, needs_confirmation, resume_confirmed_calls
 from .conversation import Conversation, recorded_steps
-from .guardrails import ANSWER_REFUSALS, Decision, Guardrails
+from .guardrails import ANSWER_REFUSALS, Decision, Guardrails, last_results
 from .invoker import Outcome, invoke, refused
 from .lease import Heartbeat, LeaseLost, claim_run, load_run, new_lease
 from .llm import ChatModel, ModelCall, ToolCall, apply_tool_mode, call_model, get_model
@@ -178,7 +178,7 @@ class AgentLoop:
                 self.record.step(**step)
                 continue
             model_errors = 0
-            if not reply.tool_calls and (refusal := self._answer_refused()):
+            if not reply.tool_calls and (refusal := self._answer_refused(reply.content)):
                 # Not a reply the loop cannot use: an answer a guardrail holds back until a tool
                 # has run (guardrails.py), so it is a refusal, not an error, and no model error.
                 self.record.step(**called.step_fields(), turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
@@ -256,14 +256,17 @@ class AgentLoop:
         succeeded = self._succeeded()
         return {c.id: self.guardrails.check(c.name, c.arguments, succeeded) for c in calls}
 
-    def _answer_refused(self) -> str:
-        """A guardrail's refusal of a final answer now; "" when none applies or it has refused
+    def _answer_refused(self, answer: str) -> str:
+        """A guardrail's refusal of ``answer`` now; "" when none applies or it has refused
         ANSWER_REFUSALS answers of this run already (then the answer stands)."""
         if not self.guardrails:
             return ""
-        refused = sum(1 for s in self.record.steps or () if s.kind == Step.Kind.MODEL_ERROR
-                      and s.error_class == GUARDRAIL_REFUSED)  # fmt: skip
-        return "" if refused >= ANSWER_REFUSALS else self.guardrails.answer_refusal(self._succeeded(), set(self.tools))
+        steps = self.record.steps or ()
+        refused = [s for s in steps if s.kind == Step.Kind.MODEL_ERROR and s.error_class == GUARDRAIL_REFUSED]
+        if len(refused) >= ANSWER_REFUSALS:
+            return ""
+        results = last_results(steps)
+        return self.guardrails.answer_refusal(self._succeeded(), set(self.tools), answer=answer, results=results)
 
     # --- plan and sub-agents ----------------------------------------------------------------
     def _is_engine(self, call: ToolCall) -> bool:

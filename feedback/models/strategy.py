@@ -29,6 +29,7 @@ class Strategy(models.Model):
         EVALUATOR_FEEDBACK = "evaluator_feedback", _("Evaluator feedback")
         MALFORMED_REPLY = "malformed_reply", _("Malformed or empty model reply")
         TOOL_SKIPPED = "tool_skipped", _("A tool the successes call, skipped")
+        TOOL_RESULT_UNUSED = "tool_result_unused", _("A tool's result left out of the answer")
         MANUAL = "manual", _("Written by a person")
         # One per task kind: a list of insights with votes, updated from failure/success pairs.
         INSIGHTS = "insights", _("Insights from failure/success pairs")

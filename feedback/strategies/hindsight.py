@@ -27,7 +27,7 @@ from pathlib import Path
 
 from django.utils.translation import gettext as _
 
-from feedback.agent.guardrails import Guardrails
+from feedback.agent.guardrails import Guardrails, last_results, states_result
 from feedback.models import Evaluation, Run, Step, Strategy
 
 from .conditions import matches
@@ -70,7 +70,10 @@ def _run_wide(run: Run, steps: list[Step], guardrails: Guardrails) -> list[str]:
         if not s.success
     )
     succeeded = {s.tool_name for s in steps if s.kind == Step.Kind.TOOL_CALL and s.success}
-    if run.status == Run.Status.SUCCEEDED and (refusal := guardrails.answer_refusal(succeeded)):
+    answer, results = run.final_output or "", last_results(steps)
+    if run.status == Run.Status.SUCCEEDED and (
+        refusal := guardrails.answer_refusal(succeeded, answer=answer, results=results)
+    ):
         actions.append(_("Its answer would have been held back: %(refusal)s") % {"refusal": refusal})
     mode = _run_mode(steps)
     # "auto" is native tool calls first (guardrails.tool_mode).
@@ -147,6 +150,9 @@ def _shows_pattern(strategy: Strategy, runs: list[Run], steps: dict[int, list[St
         }
     if kind == "tool_skipped":
         return {r.pk: not _called(steps[r.pk], rest) for r in runs}
+    if kind == "tool_result_unused":
+        results = {r.pk: last_results(steps[r.pk]).get(rest) for r in runs}
+        return {r.pk: bool(results[r.pk]) and not states_result(r.final_output or "", results[r.pk]) for r in runs}
     if kind == "tool_sequence":
         first, _, then = rest.partition(">")
         return {r.pk: _bigram(steps[r.pk], first, then) for r in runs}
@@ -174,7 +180,7 @@ def evidence_hindsight(strategy: Strategy, runs: list[Run]) -> list[Hindsight]:
     steps: dict[int, list[Step]] = defaultdict(list)
     for step in (
         Step.objects.filter(run_id__in=[r.pk for r in runs], kind__in=[Step.Kind.TOOL_CALL, Step.Kind.MODEL_ERROR])
-        .only("run_id", "index", "kind", "tool_name", "tool_call_id", "arguments", "success", "error",
+        .only("run_id", "index", "kind", "tool_name", "tool_call_id", "arguments", "result", "success", "error",
               "error_class", "error_signature", "attempts")
         .order_by("run_id", "index")
     ):  # fmt: skip

@@ -54,7 +54,7 @@ from .patterns import (
     _window_steps,
 )
 from .replies import INVALID_CALL, malformed_replies
-from .skipped import skipped_tools
+from .skipped import skipped_tools, unused_results
 
 _STOPWORDS = frozenset(
     "the and for with what are this that from into each its their them they then than have has was were "
@@ -82,6 +82,7 @@ def mine(*, window_days: int | None) -> list[Pattern]:
         + malformed_replies(since, totals)
         + _sequences(since, totals)
         + skipped_tools(since, totals)
+        + unused_results(since, totals)
         + _feedback(since, totals)
     )
     covered = {run for p in patterns for run in p.evidence}

@@ -60,6 +60,8 @@ def _guardrails(pattern: Pattern) -> list[dict]:
         return _reply_guardrails(d)
     if pattern.kind == "tool_skipped":
         return [{"type": "answer_precondition", "tool": d["tool"]}]
+    if pattern.kind == "tool_result_unused":
+        return [{"type": "answer_precondition", "tool": d["tool"], "use_result": True}]
     return []
 
 
@@ -127,6 +129,15 @@ def _template(pattern: Pattern, found: Secrets) -> Proposal:
             f"succeeding {kind} runs called it.",
             f"Answers without calling {tool}, from its own reckoning.",
             f"In {kind} tasks, call {tool} first and answer with what it returns, not with your own reckoning.",
+        )
+    if pattern.kind == "tool_result_unused":
+        tool, stated = d["tool"], round(100 * d["stated_by_successes"])
+        return (
+            f"Answer {kind} tasks with {tool}'s result",
+            f"{share} called {tool} and answered without what it returned, against {contrast}; {stated}% of "
+            f"the succeeding {kind} runs that called it answered with its result.",
+            f"Calls {tool}, then answers with its own working instead of {tool}'s result.",
+            f"In {kind} tasks, answer with the result {tool} returned, not with the expression or figures you gave it.",
         )
     if pattern.kind == "malformed_reply":
         title, old, guidance = _REPLY_FAILURES[d["failure"]]

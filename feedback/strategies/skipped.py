@@ -1,14 +1,21 @@
-"""Mining's skipped-tool pattern kind: the runs of a task kind that fail when they do without a
-tool that the kind's successes call, the commonest way a small model fails a task it could do: it
-answers from its own reckoning (an expression left unevaluated, a figure made up) instead of
-calling the tool that works it out (issue 25). mine() (mining.py) calls skipped_tools().
+"""Mining's two pattern kinds of a tool's help not taken, the commonest ways a small model fails a
+task it could do (issue 25): it answers from its own reckoning (a figure made up) instead of
+calling the tool that works it out, or calls it and then answers without its result (the
+expression it gave the calculator, unevaluated). mine() (mining.py) calls skipped_tools() and
+unused_results().
 
-For each task kind and tool: the failing and the succeeding runs that called it, from one grouping
-scan of the window's tool calls; a tool that nearly every success of the kind called
+**Skipped** (``tool_skipped``): for each task kind and tool, the failing and the succeeding runs
+that called it, from one grouping scan of the window's tool calls; a tool that nearly every success of the kind called
 (CALLED_BY_SUCCESSES) and that most failures never called is the pattern. A run that called the
-tool and failed did not skip it: its error is another pattern's (error signatures). Its remedy is
-a guardrail the engine enforces whatever the model does: the answer waits for the tool
-(guardrails.py, ``answer_precondition``).
+tool and failed did not skip it: its error is another pattern's (error signatures).
+
+**Result unused** (``tool_result_unused``): among the newest SAMPLE answered runs of a kind (their
+answers and tool results are compared in Python), the runs that called a tool successfully and
+answered without stating what it returned (guardrails.states_result), where the successes that
+called it state it (at least CALLED_BY_SUCCESSES of them).
+
+The remedy of both is a guardrail the engine enforces whatever the model does: the answer waits
+for the tool, and for the second one for its result too (guardrails.py, ``answer_precondition``).
 """
 
 from datetime import datetime
@@ -16,7 +23,7 @@ from datetime import datetime
 from django.conf import settings
 from django.db.models import Count, Exists, OuterRef
 
-from feedback.agent.guardrails import ALWAYS_OFFERED
+from feedback.agent.guardrails import ALWAYS_OFFERED, result_values, states_result
 from feedback.models import Run, Step
 
 from .patterns import (
@@ -33,6 +40,7 @@ from .patterns import (
 
 # A tool the successes of a kind call only now and then is no tool the kind needs.
 CALLED_BY_SUCCESSES = 0.8
+SAMPLE = 1000  # the newest answered runs of each side a kind's answers are read from
 
 
 def _called(tool: str) -> Exists:
@@ -81,4 +89,54 @@ def skipped_tools(since: datetime, totals: dict) -> list[Pattern]:
         others = without.exclude(status=Run.Status.SUCCEEDED).order_by("pk").values_list("pk", flat=True)[:rest]
         pattern.evidence = sorted(answered + (list(others) if rest > 0 else []))
         patterns.append(pattern)
+    return patterns
+
+
+def _last_results(run_ids: list[int]) -> dict[tuple[int, str], list]:
+    """(run, tool) -> what the tool's last successful call in the run returned (result_values)."""
+    last = {}
+    calls = (
+        Step.objects.filter(run_id__in=run_ids, kind=Step.Kind.TOOL_CALL, success=True)
+        .exclude(tool_name__in=[*ALWAYS_OFFERED, ""])
+        .order_by("run_id", "index")
+        .values_list("run_id", "tool_name", "arguments", "result")
+    )
+    for run_id, tool, arguments, result in calls.iterator(chunk_size=2000):
+        last[(run_id, tool)] = result_values(result, arguments)
+    return last
+
+
+def _unused(answers: dict[int, str], last: dict[tuple[int, str], list], tool: str) -> list[int]:
+    """The runs of ``answers`` that called ``tool`` and answered without stating its result."""
+    return [r for r, answer in answers.items() if last.get((r, tool)) and not states_result(answer, last[r, tool])]
+
+
+def unused_results(since: datetime, totals: dict) -> list[Pattern]:
+    patterns = []
+    for kind in sorted(totals):
+        answered = _window_runs(since).filter(task_kind=kind, status=Run.Status.SUCCEEDED)
+        failing = dict(answered.filter(_failing()).order_by("-pk").values_list("pk", "final_output")[:SAMPLE])
+        succeeding = dict(answered.filter(_succeeding()).order_by("-pk").values_list("pk", "final_output")[:SAMPLE])
+        if len(failing) < settings.STRATEGY_MIN_SUPPORT or not succeeding:
+            continue
+        last = _last_results([*failing, *succeeding])
+        sample = {kind: (len(failing), len(succeeding))}
+        for tool in sorted({tool for _, tool in last}):
+            called = [r for r in succeeding if last.get((r, tool))]
+            failing_unused, succeeding_unused = _unused(failing, last, tool), _unused(succeeding, last, tool)
+            # The successes that called it answer with its result: that is what the tool is for.
+            if not called or len(called) - len(succeeding_unused) < CALLED_BY_SUCCESSES * len(called):
+                continue
+            pattern = _pattern(
+                "tool_result_unused",
+                f"tool_result_unused:{kind}:{tool}",
+                kind,
+                len(failing_unused),
+                len(succeeding_unused),
+                sample,
+                {"tool": tool, "stated_by_successes": round(1 - len(succeeding_unused) / len(called), 3)},
+            )
+            if _keep(pattern):
+                pattern.evidence = sorted(failing_unused)[-EVIDENCE_LIMIT:]
+                patterns.append(pattern)
     return patterns
