@@ -211,3 +211,20 @@ def test_the_mining_command_updates_the_lists():
     call_command("mine_strategies", "--days", "30", stdout=out)
     assert "Insight lists proposed or given a new version: 1." in out.getvalue()
     assert "Insights for arithmetic tasks: v1, 1 insight(s)" in out.getvalue()
+
+
+def test_a_failure_that_left_the_tools_result_out_teaches_to_answer_with_it():
+    # As the local model did: both called the calculator; the failure answered with the expression.
+    def run(text, answer, value, good):
+        done = make_run(text=text, status="succeeded", final_output=answer, score=0.95 if good else 0.1,
+                        outcome="accomplished" if good else "not_accomplished")  # fmt: skip
+        done.steps.create(index=0, kind="tool_call", tool_name="calculator", success=True,
+                          arguments={"expression": text}, result={"expression": text, "value": value})  # fmt: skip
+        return done
+
+    run("348 / 12 + 27", "348 / 12 + 27", 56, good=False)
+    run("270 / 9 + 22", "52", 52, good=True)
+    [strategy] = insights_update(window_days=30)
+    assert texts_and_votes(strategy.current_version) == [
+        ("For arithmetic tasks, answer with the result calculator returns, not with what you gave it.", 2)
+    ]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
+from feedback.agent.guardrails import last_results, states_result
 from feedback.agent.llm import LLMError, use_endpoint
 from feedback.models import Run, Step
 
@@ -75,6 +76,8 @@ class Trajectory:
     tools: tuple[str, ...]  # the tools it called (besides the plan), in the order first called
     errors: tuple[tuple[str, str], ...]  # (tool, error class) of its failed calls, first first
     wrote_wrong_calls: bool  # a call of an unknown tool, or with unusable arguments
+    # The tools whose last result its answer does not state (guardrails.states_result).
+    unstated: tuple[str, ...] = ()
 
 
 @dataclass
@@ -106,7 +109,9 @@ def trajectory(run: Run) -> Trajectory:
             lines.append("- …")
     answer = run.final_output or run.error or "(none)"
     lines.append(f"Final answer: {masked(answer, 200)}")
-    return Trajectory(run.pk, "\n".join(lines), tuple(tools), tuple(errors), wrong)
+    results = last_results(calls)
+    unstated = tuple(tool for tool, values in results.items() if values and not states_result(answer, values))
+    return Trajectory(run.pk, "\n".join(lines), tuple(tools), tuple(errors), wrong, unstated)
 
 
 def _kind_words(kind: str) -> str:
@@ -131,6 +136,10 @@ def rule_operations(kind: str, failing: Trajectory, succeeding: Trajectory, insi
         if (tool, error_class) not in succeeding.errors:
             text = (f"For {words} tasks, avoid {tool} calls that fail with {error_class}: check the call's arguments "
                     "against the task and the workspace before making it.")  # fmt: skip
+            _add_or_upvote(text, insights, ops)
+    for tool in failing.unstated:
+        if tool in succeeding.tools and tool not in succeeding.unstated:
+            text = f"For {words} tasks, answer with the result {tool} returns, not with what you gave it."
             _add_or_upvote(text, insights, ops)
     if failing.wrote_wrong_calls and not succeeding.wrote_wrong_calls:
         text = f"For {words} tasks, call only the tools offered, with arguments that match their parameters."
