@@ -35,9 +35,14 @@ def test_the_rule_is_checked_and_asks_for_its_tool(tmp_path):
 def _live_rule() -> Strategy:
     strategy = Strategy.objects.create(title="Call the calculator", pattern_kind="tool_skipped", status="active")
     strategy.current_version = StrategyVersion.objects.create(
-        strategy=strategy, number=1, title=strategy.title, pattern="answers without the calculator",
-        new_guidance="", guardrails=[RULE], condition={"task_kinds": ["arithmetic"]},
-    )  # fmt: skip
+        strategy=strategy,
+        number=1,
+        title=strategy.title,
+        pattern="answers without the calculator",
+        new_guidance="",
+        guardrails=[RULE],
+        condition={"task_kinds": ["arithmetic"]},
+    )
     strategy.save()
     return strategy
 
@@ -59,8 +64,12 @@ def test_an_answer_waits_for_the_tool_and_the_refusal_is_no_error(endpoint, demo
     run = _ask(demo_workspace)
     assert (run.status, run.final_output) == (Run.Status.SUCCEEDED, "499")
     kinds = list(run.steps.order_by("index").values_list("kind", "error_class", "tool_name"))
-    assert kinds == [("model_error", "GuardrailRefused", ""), ("thought", "", ""), ("tool_call", "", "calculator"),
-                     ("final", "", "")]  # fmt: skip
+    assert kinds == [
+        ("model_error", "GuardrailRefused", ""),
+        ("thought", "", ""),
+        ("tool_call", "", "calculator"),
+        ("final", "", ""),
+    ]
     held = run.steps.get(kind=Step.Kind.MODEL_ERROR)
     assert held.result == {"raw": "41 * 12 + 7"} and "call calculator" in held.error
     # The model was told why, in the runtime's words, before its second reply.
@@ -94,16 +103,33 @@ def _history(*, succeeding_calls: int) -> list[Run]:
     ``succeeding_calls`` called the calculator."""
     failing = []
     for i in range(8):
-        run = make_run(text=f"What is {i} * 17 + 3?", status="succeeded", score=0.1, outcome="not_accomplished",
-                       final_output=f"{i} * 17 + 3")  # fmt: skip
+        run = make_run(
+            text=f"What is {i} * 17 + 3?",
+            status="succeeded",
+            score=0.1,
+            outcome="not_accomplished",
+            final_output=f"{i} * 17 + 3",
+        )
         Step.objects.create(run=run, index=0, kind="final", thought=run.final_output, success=True)
         failing.append(run)
     for i in range(6):
-        run = make_run(text=f"What is {i} * 19 + 1?", status="succeeded", score=0.95, outcome="accomplished",
-                       final_output=str(i * 19 + 1))  # fmt: skip
+        run = make_run(
+            text=f"What is {i} * 19 + 1?",
+            status="succeeded",
+            score=0.95,
+            outcome="accomplished",
+            final_output=str(i * 19 + 1),
+        )
         if i < succeeding_calls:
-            Step.objects.create(run=run, index=0, kind="tool_call", tool_name="calculator", success=True,
-                                arguments={"expression": f"{i} * 19 + 1"}, result={"value": i * 19 + 1})  # fmt: skip
+            Step.objects.create(
+                run=run,
+                index=0,
+                kind="tool_call",
+                tool_name="calculator",
+                success=True,
+                arguments={"expression": f"{i} * 19 + 1"},
+                result={"value": i * 19 + 1},
+            )
     return failing
 
 
@@ -159,11 +185,23 @@ def test_an_answer_without_the_tools_result_is_held_back_until_it_states_it(endp
 
 
 def _answered(*, text: str, good: bool, answer: str, value: int | None) -> Run:
-    run = make_run(text=text, status="succeeded", score=0.95 if good else 0.1,
-                   outcome="accomplished" if good else "not_accomplished", final_output=answer)  # fmt: skip
+    run = make_run(
+        text=text,
+        status="succeeded",
+        score=0.95 if good else 0.1,
+        outcome="accomplished" if good else "not_accomplished",
+        final_output=answer,
+    )
     if value is not None:
-        Step.objects.create(run=run, index=0, kind="tool_call", tool_name="calculator", success=True,
-                            arguments={"expression": text}, result={"expression": text, "value": value})  # fmt: skip
+        Step.objects.create(
+            run=run,
+            index=0,
+            kind="tool_call",
+            tool_name="calculator",
+            success=True,
+            arguments={"expression": text},
+            result={"expression": text, "value": value},
+        )
     return run
 
 

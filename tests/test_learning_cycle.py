@@ -115,8 +115,9 @@ def test_a_rerun_stops_what_an_interrupted_cycle_left_running_and_one_cycle_runs
     # A cycle killed in its experiment stage: its experiment left running, its strategy in it.
     strategy = Strategy.objects.get(pk=first["proposed"][0]["strategy"])
     version = DatasetVersion.objects.get(dataset__name="Workload: support-email triage")
-    left = experiment_start(user=reviewer, dataset_version=version, change_kind="strategy", strategy=strategy,
-                            split="held_out", limit=2)  # fmt: skip
+    left = experiment_start(
+        user=reviewer, dataset_version=version, change_kind="strategy", strategy=strategy, split="held_out", limit=2
+    )
     lock = locks.job_lock_acquire(name=locks.LEARNING_CYCLE, seconds=60)
     with pytest.raises(ValidationError, match="A learning cycle is running"):
         run_cycle(families=["email_triage"], mining_limit=4, held_out_limit=2, reviewer=reviewer, out=print)

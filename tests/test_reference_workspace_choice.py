@@ -45,8 +45,9 @@ def test_naming_a_file_not_chosen_is_not_accomplished_as_the_checker_says(inbox,
     assert verdict.accomplished is accomplished and verdict.details["mode"] == "labels", verdict
     # The dataset's checker, given the others as forbidden labels, says the same.
     wanted = [e.strip() for e in expected.split(",")]
-    item = DatasetItem(checker="labels", expected=wanted,
-                       checker_options={"forbidden": [s for s in INBOX if s not in wanted]})  # fmt: skip
+    item = DatasetItem(
+        checker="labels", expected=wanted, checker_options={"forbidden": [s for s in INBOX if s not in wanted]}
+    )
     assert check(item, answer).passed is accomplished
 
 

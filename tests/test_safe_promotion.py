@@ -250,10 +250,15 @@ def test_a_trial_no_run_has_reached_follows_its_experiment_until_its_first_run(r
     items = [{"kind": "file_analysis", "text": "Count the words", "expected": 3, "checker": "numeric"}]
     version = dataset_version_create(dataset=Dataset.objects.create(name="held out"), user=reviewer, items=items)
     experiment = Experiment.objects.create(
-        title="x", dataset_version=version, change_kind="strategy", strategy=strategy,
-        strategy_version=strategy.current_version, status="finished", decision="promote",
+        title="x",
+        dataset_version=version,
+        change_kind="strategy",
+        strategy=strategy,
+        strategy_version=strategy.current_version,
+        status="finished",
+        decision="promote",
         verdict={"decision": "promote", "pairs": 7, "wins": 7, "losses": 0, "ties": 0},
-    )  # fmt: skip
+    )
     services.strategy_approve(strategy=strategy, reviewer=reviewer, reason="its experiment says promote")
     verdict = promotion_verdict(Strategy.objects.get(pk=strategy.pk))
     assert (verdict.source, verdict.recommendation, verdict.figures["experiment"]) == (

@@ -84,18 +84,24 @@ def test_each_pair_is_compared_once_and_each_change_is_a_new_version():
 
 
 def test_a_file_task_s_failure_teaches_the_missing_tool_and_the_error_to_avoid(demo_workspace):
-    good = offline_run("Summarise report.txt and count its words", kind="file_analysis", expected="80",
-                       workspace=demo_workspace)  # fmt: skip
+    good = offline_run(
+        "Summarise report.txt and count its words", kind="file_analysis", expected="80", workspace=demo_workspace
+    )
     bad = offline_run("Summarise release-notes.txt", kind="file_analysis", workspace=demo_workspace)
     assert good.outcome == Run.Outcome.ACCOMPLISHED and bad.outcome == Run.Outcome.NOT_ACCOMPLISHED
     # An older insight tells to list the folder: the failure did, the success did not need to.
     listing = "For file analysis tasks, call list_directory and use its result before answering."
-    strategy = Strategy.objects.create(title="Insights for file analysis tasks", pattern_kind="insights",
-                                       pattern_key="insights:file_analysis")  # fmt: skip
+    strategy = Strategy.objects.create(
+        title="Insights for file analysis tasks", pattern_kind="insights", pattern_key="insights:file_analysis"
+    )
     strategy.current_version = StrategyVersion.objects.create(
-        strategy=strategy, number=1, pattern="p", new_guidance="g", condition={"task_kinds": ["file_analysis"]},
+        strategy=strategy,
+        number=1,
+        pattern="p",
+        new_guidance="g",
+        condition={"task_kinds": ["file_analysis"]},
         insights=[{"id": "old1", "text": listing, "votes": 1}],
-    )  # fmt: skip
+    )
     strategy.save()
     insights_update(window_days=30)
     version = strategy.versions.get(number=2)
@@ -216,10 +222,21 @@ def test_the_mining_command_updates_the_lists():
 def test_a_failure_that_left_the_tools_result_out_teaches_to_answer_with_it():
     # As the local model did: both called the calculator; the failure answered with the expression.
     def run(text, answer, value, good):
-        done = make_run(text=text, status="succeeded", final_output=answer, score=0.95 if good else 0.1,
-                        outcome="accomplished" if good else "not_accomplished")  # fmt: skip
-        done.steps.create(index=0, kind="tool_call", tool_name="calculator", success=True,
-                          arguments={"expression": text}, result={"expression": text, "value": value})  # fmt: skip
+        done = make_run(
+            text=text,
+            status="succeeded",
+            final_output=answer,
+            score=0.95 if good else 0.1,
+            outcome="accomplished" if good else "not_accomplished",
+        )
+        done.steps.create(
+            index=0,
+            kind="tool_call",
+            tool_name="calculator",
+            success=True,
+            arguments={"expression": text},
+            result={"expression": text, "value": value},
+        )
         return done
 
     run("348 / 12 + 27", "348 / 12 + 27", 56, good=False)

@@ -166,5 +166,9 @@ def test_it_finds_the_stored_patterns(settings, monkeypatch, seed, support, lift
         # A skipped tool is planted by chance only (a kind's successes must nearly all call it): the
         # snapshot holds where it is found.
         assert kinds - {"tool_skipped"} == {
-            "error_signature", "malformed_reply", "tool_sequence", "evaluator_feedback", "task_keywords"
-        }  # fmt: skip
+            "error_signature",
+            "malformed_reply",
+            "tool_sequence",
+            "evaluator_feedback",
+            "task_keywords",
+        }

@@ -43,9 +43,14 @@ from .sandbox import SandboxError, file_named, one_file_named, resolve
 from .tools import Tool
 
 KINDS = (
-    "tool_precondition", "parameter_rule", "retry_policy", "tool_disabled", "answer_precondition", "tool_subset",
+    "tool_precondition",
+    "parameter_rule",
+    "retry_policy",
+    "tool_disabled",
+    "answer_precondition",
+    "tool_subset",
     "tool_mode",
-)  # fmt: skip
+)
 _RUN_KINDS = frozenset({"tool_subset", "tool_mode"})
 TOOL_MODES = ("json", "native")
 PARAMETER_ACTIONS = ("resolve_in_workspace", "file_name_as_path")

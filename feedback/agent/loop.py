@@ -181,9 +181,16 @@ class AgentLoop:
             if not reply.tool_calls and (refusal := self._answer_refused(reply.content)):
                 # Not a reply the loop cannot use: an answer a guardrail holds back until a tool
                 # has run (guardrails.py), so it is a refusal, not an error, and no model error.
-                self.record.step(**called.step_fields(), turn=turn, kind=Step.Kind.MODEL_ERROR, success=False,
-                                 error=refusal, error_class=GUARDRAIL_REFUSED, thought=refusal,
-                                 result={"raw": reply.content[:2000]})  # fmt: skip
+                self.record.step(
+                    **called.step_fields(),
+                    turn=turn,
+                    kind=Step.Kind.MODEL_ERROR,
+                    success=False,
+                    error=refusal,
+                    error_class=GUARDRAIL_REFUSED,
+                    thought=refusal,
+                    result={"raw": reply.content[:2000]},
+                )
                 continue
             if not reply.tool_calls:
                 return self._finish(

@@ -251,16 +251,32 @@ def run_cycle(
         raise ValidationError(f"A learning cycle is running{since}: one at a time.")
     try:
         cycle = Cycle(
-            versions=_workload_versions(families), reviewer=reviewer, user=reviewer or _cycle_user(),
-            mining_limit=mining_limit, held_out_limit=held_out_limit, picks=picks, kinds=kinds, seed=seed, out=out,
-            keep=keep, lock_token=lock.token,
-        )  # fmt: skip
+            versions=_workload_versions(families),
+            reviewer=reviewer,
+            user=reviewer or _cycle_user(),
+            mining_limit=mining_limit,
+            held_out_limit=held_out_limit,
+            picks=picks,
+            kinds=kinds,
+            seed=seed,
+            out=out,
+            keep=keep,
+            lock_token=lock.token,
+        )
         cycle.report = cycle_report.new_report(
-            model=describe_backend(), families=list(families), reviewer=reviewer.get_username() if reviewer else "",
-            options={"mining_limit": mining_limit, "held_out_limit": held_out_limit, "picks": picks,
-                     "kinds": list(kinds), "seed": seed, "window_days": settings.STRATEGY_MINING_WINDOW_DAYS},
+            model=describe_backend(),
+            families=list(families),
+            reviewer=reviewer.get_username() if reviewer else "",
+            options={
+                "mining_limit": mining_limit,
+                "held_out_limit": held_out_limit,
+                "picks": picks,
+                "kinds": list(kinds),
+                "seed": seed,
+                "window_days": settings.STRATEGY_MINING_WINDOW_DAYS,
+            },
             live_at_start=demo_report.live_now(),
-        )  # fmt: skip
+        )
         _run(cycle)
     finally:
         locks.job_lock_release(name=locks.LEARNING_CYCLE, token=lock.token)

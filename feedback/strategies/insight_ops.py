@@ -173,8 +173,15 @@ def insights_diff(old: list[dict], new: list[dict]) -> list[dict]:
         if was is None:
             changes.append({"change": "added", "text": item["text"], "votes": item["votes"]})
         elif was["text"] != item["text"]:
-            changes.append({"change": "edited", "old_text": was["text"], "text": item["text"],
-                            "old_votes": was["votes"], "votes": item["votes"]})  # fmt: skip
+            changes.append(
+                {
+                    "change": "edited",
+                    "old_text": was["text"],
+                    "text": item["text"],
+                    "old_votes": was["votes"],
+                    "votes": item["votes"],
+                }
+            )
         elif was["votes"] != item["votes"]:
             changes.append({"change": "votes", "text": item["text"], "old_votes": was["votes"], "votes": item["votes"]})
     gone = [item for key, item in before.items() if key not in after]

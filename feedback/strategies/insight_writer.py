@@ -134,8 +134,10 @@ def rule_operations(kind: str, failing: Trajectory, succeeding: Trajectory, insi
             _add_or_upvote(f"For {words} tasks, call {tool} and use its result before answering.", insights, ops)
     for tool, error_class in failing.errors:
         if (tool, error_class) not in succeeding.errors:
-            text = (f"For {words} tasks, avoid {tool} calls that fail with {error_class}: check the call's arguments "
-                    "against the task and the workspace before making it.")  # fmt: skip
+            text = (
+                f"For {words} tasks, avoid {tool} calls that fail with {error_class}: check the call's arguments "
+                "against the task and the workspace before making it."
+            )
             _add_or_upvote(text, insights, ops)
     for tool in failing.unstated:
         if tool in succeeding.tools and tool not in succeeding.unstated:
@@ -173,9 +175,12 @@ def model_operations(kind: str, failing: Trajectory, succeeding: Trajectory, ins
     call: dict = {"model": model}
     try:
         answer = json_completion(
-            model=model, messages=_model_messages(kind, failing, succeeding, insights), schema=INSIGHTS_SCHEMA,
-            name="insight_operations", temperature=0,
-        )  # fmt: skip
+            model=model,
+            messages=_model_messages(kind, failing, succeeding, insights),
+            schema=INSIGHTS_SCHEMA,
+            name="insight_operations",
+            temperature=0,
+        )
     except (FormatError, LLMError) as exc:
         call |= {"duration_ms": round((time.monotonic() - started) * 1000), "error": str(exc)[:500]}
         if isinstance(exc, FormatError) and exc.refused:

@@ -70,19 +70,26 @@ def insight_pairs(*, window_days: int | None, limit: int = PAIRS_PER_UPDATE) -> 
     runs = _readable(since)
     succeeding_kinds = set(runs.filter(_succeeding()).values_list("task_kind", flat=True).distinct())
     failing = list(
-        runs.filter(_failing(), status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED], insight_pair=None,
-                    task_kind__in=succeeding_kinds)
+        runs.filter(
+            _failing(),
+            status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED],
+            insight_pair=None,
+            task_kind__in=succeeding_kinds,
+        )
         .exclude(task_kind__in=closed_kinds)
         .select_related("task")
         .order_by("created_at", "pk")[:limit]
-    )  # fmt: skip
+    )
     if not failing:
         return []
     candidates = {
-        kind: list(runs.filter(_succeeding(), task_kind=kind).select_related("task").order_by("-created_at", "-pk")[
-            :CANDIDATES])
+        kind: list(
+            runs.filter(_succeeding(), task_kind=kind)
+            .select_related("task")
+            .order_by("-created_at", "-pk")[:CANDIDATES]
+        )
         for kind in {run.task_kind for run in failing}
-    }  # fmt: skip
+    }
     every = [r.pk for r in failing] + [r.pk for rs in candidates.values() for r in rs]
     tools = _tools(every)
     used = Counter(
@@ -206,10 +213,13 @@ def _content(kind: str, insights: list[dict]) -> dict:
 def _propose(kind: str, insights: list[dict], pairs: int, window_days: int | None) -> tuple[Strategy, StrategyVersion]:
     content = _content(kind, insights)
     strategy = Strategy.objects.create(
-        title=content["title"], pattern_kind=Strategy.PatternKind.INSIGHTS, pattern_key=pattern_key(kind),
-        support=pairs, evidence_summary={"task_kind": kind, "pairs": pairs, "window_days": window_days},
+        title=content["title"],
+        pattern_kind=Strategy.PatternKind.INSIGHTS,
+        pattern_key=pattern_key(kind),
+        support=pairs,
+        evidence_summary={"task_kind": kind, "pairs": pairs, "window_days": window_days},
         trial_fraction=settings.STRATEGY_TRIAL_FRACTION,
-    )  # fmt: skip
+    )
     version = StrategyVersion.objects.create(strategy=strategy, number=1, **content)
     strategy.current_version = version
     strategy.save(update_fields=["current_version"])
@@ -230,10 +240,15 @@ def _new_version(strategy: Strategy, base: StrategyVersion, insights: list[dict]
 
 def _log(strategy: Strategy, version: StrategyVersion, start: list[dict], insights: list[dict], compared) -> None:
     ops = [
-        {"failing_run": failing.pk, "succeeding_run": succeeding.pk, "writer": written.writer,
-         "operations": [str(op) for op in applied], "ignored": len(ignored)}
+        {
+            "failing_run": failing.pk,
+            "succeeding_run": succeeding.pk,
+            "writer": written.writer,
+            "operations": [str(op) for op in applied],
+            "ignored": len(ignored),
+        }
         for failing, succeeding, written, applied, ignored in compared
-    ]  # fmt: skip
+    ]
     n = len(compared)
     if version.number == 1:
         action, reason = StrategyEvent.Action.PROPOSE, f"Insights written from {n} failure/success pair(s)."
@@ -246,11 +261,14 @@ def _log(strategy: Strategy, version: StrategyVersion, start: list[dict], insigh
             f"to adopt it: v{strategy.current_version.number} stays in use."
         )
     StrategyEvent.objects.create(
-        strategy=strategy, version=version, action=action,
-        from_status="" if action == StrategyEvent.Action.PROPOSE else strategy.status, to_status=strategy.status,
+        strategy=strategy,
+        version=version,
+        action=action,
+        from_status="" if action == StrategyEvent.Action.PROPOSE else strategy.status,
+        to_status=strategy.status,
         reason=reason,
         snapshot={**version.snapshot(), "pairs": ops, "changes": insights_diff(start, insights)},
-    )  # fmt: skip
+    )
 
 
 def pending_version(strategy: Strategy) -> StrategyVersion | None:

@@ -339,9 +339,12 @@ def strategy_version_adopt(*, strategy: Strategy, number: int, reviewer: Abstrac
         locked = Strategy.objects.select_for_update().get(pk=strategy.pk)
         if locked.status not in (Strategy.Status.PROPOSED, Strategy.Status.ACTIVE):
             raise IllegalTransition(
-                _("A strategy that is %(status)s keeps the version it is tested with: adopt a newer one once "
-                  "its test has ended.") % {"status": locked.get_status_display().lower()}
-            )  # fmt: skip
+                _(
+                    "A strategy that is %(status)s keeps the version it is tested with: adopt a newer one once "
+                    "its test has ended."
+                )
+                % {"status": locked.get_status_display().lower()}
+            )
         current = locked.current_version
         version = locked.versions.filter(number=number).first()
         if version is None or (current is not None and version.number <= current.number):
@@ -349,7 +352,11 @@ def strategy_version_adopt(*, strategy: Strategy, number: int, reviewer: Abstrac
         locked.current_version = version
         locked.save(update_fields=["current_version", "updated_at"])
         strategy_event_record(
-            strategy=locked, action=StrategyEvent.Action.ADOPT, actor=reviewer, reason=reason,
-            from_status=locked.status, replaced=current.number if current else None,
-        )  # fmt: skip
+            strategy=locked,
+            action=StrategyEvent.Action.ADOPT,
+            actor=reviewer,
+            reason=reason,
+            from_status=locked.status,
+            replaced=current.number if current else None,
+        )
     return locked
