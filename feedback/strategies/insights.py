@@ -34,6 +34,7 @@ from .insight_ops import apply_operations as _apply
 from .insight_ops import insights_diff
 from .insight_writer import write
 from .patterns import BEGINNING, _failing, _succeeding
+from .services import strategy_event_record
 from .strata import task_template
 
 logger = logging.getLogger(__name__)
@@ -260,14 +261,15 @@ def _log(strategy: Strategy, version: StrategyVersion, start: list[dict], insigh
             f"Insights updated from {n} failure/success pair(s) as v{version.number}, which waits for a reviewer "
             f"to adopt it: v{strategy.current_version.number} stays in use."
         )
-    StrategyEvent.objects.create(
+    strategy_event_record(
         strategy=strategy,
         version=version,
         action=action,
-        from_status="" if action == StrategyEvent.Action.PROPOSE else strategy.status,
-        to_status=strategy.status,
+        actor=None,
         reason=reason,
-        snapshot={**version.snapshot(), "pairs": ops, "changes": insights_diff(start, insights)},
+        from_status="" if action == StrategyEvent.Action.PROPOSE else strategy.status,
+        pairs=ops,
+        changes=insights_diff(start, insights),
     )
 
 

@@ -73,12 +73,20 @@ def _record(strategy: Strategy) -> dict:
 
 
 def strategy_event_record(
-    *, strategy: Strategy, action: str, actor, reason: str, from_status: str, **extra
+    *,
+    strategy: Strategy,
+    action: str,
+    actor,
+    reason: str,
+    from_status: str,
+    version: StrategyVersion | None = None,
+    **extra,
 ) -> StrategyEvent:
     """A strategy's audit event: who moved it from ``from_status`` to its status now, why, and its
-    content at that moment with ``extra`` (the figures it was decided on), frozen. Every change of
-    a strategy's status or content writes one (here and in experiments/services.py)."""
-    version = strategy.current_version
+    content at that moment (``version``, its current one unless another is named: an update that
+    waits for adoption) with ``extra`` (the figures it was decided on), frozen. Every change of a
+    strategy's status or content writes one (here, in experiments/services.py and insights.py)."""
+    version = version or strategy.current_version
     return StrategyEvent.objects.create(
         strategy=strategy,
         version=version,
