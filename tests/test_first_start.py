@@ -75,4 +75,26 @@ def test_the_seeded_history_has_something_true_on_every_page(staff, reviewer, de
     children = parent.children.order_by("pk")
     assert parent.status == Run.Status.SUCCEEDED and children.count() == 2
     assert all(child.status == Run.Status.SUCCEEDED and child.final_output in parent.final_output for child in children)
+    # A tool call retried for real: the status service the seed starts answered 503, then 200.
+    status_run = runs.get(task__text__startswith="Check the demo status service")
+    call = status_run.steps.get(tool_name="http_get")
+    attempts = list(call.attempt_rows.values_list("error", "retryable"))
+    assert call.success and len(attempts) == 2
+    assert attempts[0][0].startswith("HTTP 503 from http://127.0.0.1:") and attempts[0][1]
+    assert attempts[1] == ("", False)
+    assert status_run.status == Run.Status.SUCCEEDED and '"status": "ok"' in status_run.final_output
     assert seed_history(demo_workspace) is None and Run.objects.count() == history.runs  # never twice
+
+
+def test_the_seeded_retry_is_on_the_trace_page(client, operator, staff, reviewer, demo_workspace):
+    from feedback.demo_history import seed_history
+
+    seed_history(demo_workspace, runs=6, trial_runs=2)
+    run = Run.objects.get(task__text__startswith="Check the demo status service")
+    client.force_login(operator)
+    html = client.get(reverse("feedback-run-detail", args=[run.pk])).content.decode()
+    shown = (
+        r'<p class="muted attempt">attempt 1 \(\d+ ms\): <code>ToolError</code> '
+        r"HTTP 503 from http://127\.0\.0\.1:\d+/status \(retried\)</p>"
+    )
+    assert re.search(shown, html)

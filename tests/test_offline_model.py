@@ -123,3 +123,21 @@ def test_offline_triage_with_replies_waits_for_a_person(demo_workspace, reviewer
     assert run.status == Run.Status.SUCCEEDED
     assert "Replied to 2; 1 reply(ies) not sent." in run.final_output
     assert run.steps.filter(tool_name="send_reply", success=True).count() == 2
+
+
+def test_offline_model_reads_the_addresses_a_task_names(db):
+    from feedback.demo_history import status_service
+
+    with status_service() as url:
+        run = make_run(text=f"What do {url} and https://example.org/news.json say today?", kind=Task.Kind.GENERAL)
+        execute_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    calls = run.steps.filter(tool_name="http_get").order_by("index")
+    # Both in one turn; the sentence's question mark is not part of the second address.
+    assert [c.arguments["url"] for c in calls] == [url, "https://example.org/news.json"]
+    assert calls.values("turn").distinct().count() == 1
+    lines = run.final_output.splitlines()
+    assert lines[0] == "Read 1 of 2 address(es):"
+    assert lines[1] == f'- {url}: HTTP 200, application/json: {{"status": "ok", "requests_seen": 2}}'
+    assert lines[2].startswith("- https://example.org/news.json: could not be read (The host 'example.org' is not")

@@ -3,7 +3,8 @@
 It is not an LLM and the UI says so. It reads the task and the observations in the
 conversation like a model would, and plans tool calls for the three demo task families:
 support-email triage, file analysis and arithmetic (in digits or in words: word_problems.py); a
-task that asks for sub-agents over several named files delegates one file to each.
+task that asks for sub-agents over several named files delegates one file to each, and one that
+names web addresses reads them with http_get (an operator allow-lists their hosts).
 It knows nothing about strategies: any improvement the feedback loop brings must come from
 mechanisms that work with any model.
 """
@@ -21,6 +22,10 @@ _REPLY_TASK = re.compile(r"\b(reply|respond|answer)\b", re.I)
 _FILE_NAME = re.compile(r"[\w./-]*\w\.(?:txt|md|csv|log|json)\b")
 _DIRECTORY = re.compile(r"\b([\w-]+)/")
 _SUBAGENTS = re.compile(r"\bsub-?agents?\b", re.I)
+_URL = re.compile(r"\bhttps?://[^\s<>\"'()]+[^\s<>\"'().,;:!?]")
+MAX_URLS = 3
+# How much of a page the answer quotes.
+QUOTED_CHARS = 200
 
 _LABELS = {
     "billing": ("invoice", "charge", "charged", "refund", "payment", "billing", "price"),
@@ -31,8 +36,9 @@ _URGENT = ("urgent", "asap", "immediately", "outage", "critical", "down", "today
 MAX_PARALLEL_READS = 8
 # No digits in either: the rule evaluator's "the answer holds a number" check stays honest.
 OUT_OF_SCOPE = (
-    "I cannot do this task: the offline demo model handles support-email triage, file analysis and "
-    "arithmetic, and this task looks like none of them. Configure an LLM endpoint for anything else."
+    "I cannot do this task: the offline demo model handles support-email triage, file analysis, "
+    "arithmetic and reading the web addresses a task names, and this task looks like none of them. "
+    "Configure an LLM endpoint for anything else."
 )
 CANNOT_READ_ARITHMETIC = (
     "I could not read a calculation in this task. The offline demo model reads numbers in digits or "
@@ -47,6 +53,7 @@ _PLANS = {
     "file": ["Read the file", "Analyse the text", "Write the summary"],
     "arithmetic": ["Compute the expression with the calculator", "Report the result"],
     "delegate": ["Give each file to a sub-agent", "Put their answers together"],
+    "fetch": ["Fetch each address", "Report what each says"],
 }
 
 
@@ -144,6 +151,9 @@ class OfflineDemoModel:
         return None
 
     def _decide(self, task: str, seen: list[Observation], turn: int) -> tuple[str, LLMReply]:
+        # First: an address's path may end like a file name (status.json) or hold an e-mail's words.
+        if urls := list(dict.fromkeys(_URL.findall(task)))[:MAX_URLS]:
+            return "fetch", self._fetch(urls, seen, turn)
         if _SUBAGENTS.search(task) and len(set(_FILE_NAME.findall(task))) > 1:
             return "delegate", self._delegate(task, seen, turn)
         if _EMAIL_TASK.search(task):
@@ -171,6 +181,25 @@ class OfflineDemoModel:
         lines = [f"- {o.arguments.get('task', '')}: {o.result['answer'] if o.ok else o.error}" for o in delegated]
         done = sum(o.ok for o in delegated)
         return LLMReply(content="\n".join([f"The sub-agents answered {done} of {len(delegated)}:", *lines]))
+
+    # --- web addresses: each read once with http_get -------------------------------------------
+    def _fetch(self, urls: list[str], seen: list[Observation], turn: int) -> LLMReply:
+        fetched = {o.arguments.get("url"): o for o in seen if o.tool == "http_get"}
+        if not fetched:
+            calls = [_call(turn * 100 + i, "http_get", url=url) for i, url in enumerate(urls)]
+            return LLMReply(content=f"Fetching {len(urls)} address(es).", tool_calls=calls)
+        lines = []
+        for url in urls:
+            obs = fetched.get(url)
+            if obs is None or not obs.ok:
+                lines.append(f"- {url}: could not be read ({obs.error if obs else 'not fetched'})")
+                continue
+            text = " ".join(str(obs.result.get("text", "")).split())
+            quoted = text[:QUOTED_CHARS] + ("…" if len(text) > QUOTED_CHARS else "")
+            kind = obs.result.get("content_type") or "no type"
+            lines.append(f"- {url}: HTTP {obs.result.get('status')}, {kind}: {quoted}")
+        read = sum(1 for url in urls if url in fetched and fetched[url].ok)
+        return LLMReply(content="\n".join([f"Read {read} of {len(urls)} address(es):", *lines]))
 
     # --- support-email triage -------------------------------------------------------------
     def _triage(self, task: str, seen: list[Observation], turn: int) -> LLMReply:

@@ -3,6 +3,7 @@ parent's step (by mouse and keyboard), model calls and tool calls on one time ax
 with their size, "only what went wrong" and search within the trace, kept in the URL."""
 
 import os
+import re
 from datetime import timedelta
 
 import pytest
@@ -168,3 +169,25 @@ def test_search_within_the_trace_filters_as_one_types(page, live_server, demo):
     box.fill("")
     box.press("Enter")
     expect(page.locator(f"#trace-{parent.pk} > li.step")).to_have_count(5)
+
+
+def test_a_retried_tool_call_shows_its_failed_attempt_on_the_trace(page, live_server, demo):
+    """The first start's retried call, made for real: the offline model reads the status service
+    the seed starts, which answers 503 once; the invoker retries and the step succeeds."""
+    from django.contrib.auth import get_user_model
+
+    from feedback.demo_history import STATUS_TASK, status_service
+    from feedback.models import Workspace
+    from feedback.strategies.demo import run_phase
+
+    staff = get_user_model().objects.get(username="staff")
+    with status_service() as url:
+        phase = run_phase("seed", [("general", STATUS_TASK.format(url=url), "")], staff, Workspace.objects.get())
+    run = Run.objects.get(pk=phase.run_ids[0])
+    log_in(page, live_server, "operator", demo["operator"])
+    page.goto(f"{live_server.url}/runs/{run.pk}/")
+    call = page.locator(f"#trace-{run.pk} > li.step:not(.failed)", has_text="http_get")
+    expect(call.locator(".badge.attempts")).to_have_text("2 attempts")
+    attempt = rf"attempt 1 \(\d+ ms\): ToolError HTTP 503 from {re.escape(url)} \(retried\)"
+    expect(call.locator("p.attempt")).to_have_text(re.compile(attempt))
+    expect(page.locator("#final-output")).to_contain_text(f"{url}: HTTP 200")
