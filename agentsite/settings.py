@@ -129,7 +129,7 @@ CACHES = {"default": env.cache("CACHE_URL", default=f"filecache://{VAR_DIR / 'ca
 # --- Auth ------------------------------------------------------------------------------------
 # First the login throttle (it refuses a locked login before any password is checked), then
 # Django's own backend.
-AUTHENTICATION_BACKENDS = ["feedback.throttle.LockoutBackend", "django.contrib.auth.backends.ModelBackend"]
+AUTHENTICATION_BACKENDS = ["feedback.throttle.LockoutBackend", "feedback.roles.RoleBackend"]
 # Failed logins (feedback/throttle.py): this many for one account name, or from one IP address
 # (an IPv6 client by its /64), refuse every login of that account, or from that address, for
 # LOGIN_LOCKOUT_SECONDS after the last one, the right password included. 0: no limit.

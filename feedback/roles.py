@@ -4,6 +4,7 @@ Groups are (re)built after every migrate, so a fresh database always has them an
 mapping here reaches existing databases without a hand-written data migration.
 """
 
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group, Permission
 
 STAFF = "staff"
@@ -80,3 +81,21 @@ def ensure_groups(**kwargs) -> None:
     for role, codenames in ROLE_PERMISSIONS.items():
         group, _ = Group.objects.get_or_create(name=role)
         group.permissions.set([perms[c] for c in codenames if c in perms])
+
+
+class RoleBackend(ModelBackend):
+    """Django's ModelBackend, reading a person's permissions (their own and their groups', where
+    the roles are) in one query instead of two: every page asks, through the navigation."""
+
+    def get_all_permissions(self, user_obj, obj=None) -> set[str]:
+        if not user_obj.is_active or user_obj.is_anonymous or obj is not None:
+            return set()
+        if not hasattr(user_obj, "_perm_cache"):
+            if user_obj.is_superuser:
+                rows = Permission.objects.values_list("content_type__app_label", "codename")
+            else:
+                own = Permission.objects.filter(user=user_obj).values_list("content_type__app_label", "codename")
+                grouped = Permission.objects.filter(group__user=user_obj)
+                rows = own.order_by().union(grouped.values_list("content_type__app_label", "codename").order_by())
+            user_obj._perm_cache = {f"{app}.{codename}" for app, codename in rows}
+        return user_obj._perm_cache

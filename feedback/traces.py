@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlencode
 
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Prefetch, Q, QuerySet, prefetch_related_objects
 from django.utils import timezone
 
 from feedback.models import Run, Step, ToolConfirmation
@@ -19,7 +19,8 @@ TRACE_PAGE_SIZE = 100
 SEARCH_WORDS = 6
 SEARCH_CHARS = 200
 # What "went wrong" means on the trace: a failed call (an error, a guardrail's or a person's
-# refusal), a failed validation, a model error. The problems list and the filter use the same.
+# refusal), a failed validation, a model error. The problems list and the filter use the same, and
+# so does Step.went_wrong for steps already read.
 WENT_WRONG = Q(success=False) | Q(validation_status=Step.Validation.FAIL) | Q(kind=Step.Kind.MODEL_ERROR)
 
 
@@ -84,6 +85,8 @@ class TracePage:
     # The index to ask for next (``?after=``): the last one shown, or -1 before the first step.
     last_index: int
     has_more: bool
+    # Every step of the run is in this page (its first, unfiltered, with nothing after).
+    whole: bool = False
 
 
 def trace_page(
@@ -97,19 +100,17 @@ def trace_page(
     """One page of a run's steps (those ``matching`` keeps, when given), keyset by step index (an
     OFFSET would rescan thousands of rows per page), placed on the waterfall from ``origin`` (the
     run's own start by default; a sub-agent run's, its top-level run's). Each step carries its
-    attempts and the sub-agent runs it started, in three queries however many steps there are."""
-    rows = list(
-        _matching(run.steps.filter(index__gt=after), matching)
-        .order_by("index")
-        .prefetch_related(
-            "attempt_rows",
-            Prefetch("child_runs", queryset=Run.objects.select_related("task").order_by("id")),
-        )[: limit + 1]
-    )
+    attempts and the sub-agent runs it started: one query each for the steps that can have any
+    (retried or gone wrong; delegations), none when no step can."""
+    rows = list(_matching(run.steps.filter(index__gt=after), matching).order_by("index")[: limit + 1])
     has_more = len(rows) > limit
     rows = rows[:limit]
+    prefetch_related_objects([step for step in rows if step.keeps_attempts], "attempt_rows")
+    children = Prefetch("child_runs", queryset=Run.objects.select_related("task").order_by("id"))
+    prefetch_related_objects([step for step in rows if step.starts_runs], children)
     _place_on_waterfall(origin or run.started_at or run.created_at, rows)
-    return TracePage(steps=rows, last_index=rows[-1].index if rows else after, has_more=has_more)
+    whole = after < 0 and not matching and not has_more
+    return TracePage(steps=rows, last_index=rows[-1].index if rows else after, has_more=has_more, whole=whole)
 
 
 def _place_on_waterfall(start: datetime, steps: list[Step]) -> None:
@@ -173,9 +174,12 @@ def working_and_waited_seconds(*, started_at: datetime, end: datetime, waits: li
     return max(0.0, total - waited), waited
 
 
-def trace_problems(run: Run, *, limit: int = 20) -> list[Step]:
+def trace_problems(run: Run, *, limit: int = 20, page: TracePage | None = None) -> list[Step]:
     """The steps that went wrong (failed calls, failed validation, model errors), for the
-    "jump to" list at the top of the trace: found by query, not by loading every step."""
+    "jump to" list at the top of the trace: read from ``page`` when it holds the whole trace (most
+    runs), else found by query, not by loading every step."""
+    if page is not None and page.whole:
+        return [step for step in page.steps if step.went_wrong][:limit]
     failed = WENT_WRONG
     # "run" too: the related manager sets each step's run from its run_id, which deferred would
     # cost a query per step.
@@ -222,9 +226,9 @@ def step_as_dict(step: Step) -> dict:
                 "error_class": a.error_class,
                 "retryable": a.retryable,
             }
-            for a in step.attempt_rows.all()
+            for a in (step.attempt_rows.all() if step.keeps_attempts else ())
         ],
-        "child_run_ids": [child.pk for child in step.child_runs.all()],
+        "child_run_ids": [child.pk for child in step.child_runs.all()] if step.starts_runs else [],
     }
 
 

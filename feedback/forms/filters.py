@@ -67,7 +67,8 @@ class RunFilterForm(forms.Form):
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         self.fields["tool"].choices = [("", _("Any")), *((name, name) for name in sorted(BUILTIN_TOOLS))]
-        self.fields["strategy"].queryset = Strategy.objects.order_by("id")
+        # Only what an option shows: a strategy's evidence and counters are large and unused here.
+        self.fields["strategy"].queryset = Strategy.objects.order_by("id").only("id", "title")
 
 
 class AlertFilterForm(forms.Form):

@@ -93,6 +93,23 @@ class Step(models.Model):
     def __str__(self) -> str:
         return f"{self.run} step {self.index}"
 
+    @property
+    def went_wrong(self) -> bool:
+        """A failed call, a failed validation or a model error: what the trace makes stand out."""
+        failed_check = self.validation_status == self.Validation.FAIL
+        return self.success is False or failed_check or self.kind == self.Kind.MODEL_ERROR
+
+    @property
+    def keeps_attempts(self) -> bool:
+        """Whether it may have attempt rows: the recorder keeps them once a try failed, so only a
+        step that was retried or went wrong has any."""
+        return self.attempts > 1 or self.went_wrong
+
+    @property
+    def starts_runs(self) -> bool:
+        """Whether runs may hang from it: sub-agent runs are started by a delegation alone."""
+        return self.tool_name == SUBAGENT_TOOL
+
     # Cheap labels for traces of a thousand steps (see Run.get_status_display).
     def get_kind_display(self) -> str:
         return _KIND_LABELS.get(self.kind, self.kind)
@@ -101,6 +118,8 @@ class Step(models.Model):
         return _VALIDATION_LABELS.get(self.validation_status, self.validation_status)
 
 
+# The tool that starts sub-agent runs (agent/tools: delegate), each linked to its step.
+SUBAGENT_TOOL = "delegate"
 _KIND_LABELS = dict(Step.Kind.choices)
 _VALIDATION_LABELS = dict(Step.Validation.choices)
 

@@ -29,12 +29,6 @@ def is_long(text: str) -> bool:
 
 
 @register.filter
-def went_wrong(step) -> bool:
-    """A failed call, a failed validation or a model error: what the trace makes stand out."""
-    return step.success is False or step.validation_status == "fail" or step.kind == "model_error"
-
-
-@register.filter
 def plan_status(status: str) -> str:
     """A plan item's status in the reader's language (an unknown one as it was stored)."""
     return str(PLAN_STATUS_LABELS.get(status, status))

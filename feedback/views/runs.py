@@ -144,11 +144,12 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 def _run_page(request: HttpRequest, run: Run) -> HttpResponse:
     matching = traces.trace_filter(request.GET)
+    trace = traces.trace_page(run, matching=matching)
     context = {
-        **_summary_context(request, run, trace=traces.trace_page(run, matching=matching)),
+        **_summary_context(request, run, trace=trace),
         "trace_filter": matching,
         **evaluation_context(request, run),
-        "problems": traces.trace_problems(run),
+        "problems": traces.trace_problems(run, page=trace),
         "applied_strategies": selectors.run_applied_strategies(run),
         "children": _children(run),
         "sandbox": retention.sandbox_state(run),
@@ -205,9 +206,10 @@ def _child(request: HttpRequest, run: Run) -> HttpResponse:
     place = traces.run_tree_place(run)
     root = place.root
     origin = root.started_at or root.created_at
+    trace = traces.trace_page(run, origin=origin)
     context = {
-        **_summary_context(request, run, trace=traces.trace_page(run, origin=origin), nested=True),
-        "problems": traces.trace_problems(run),
+        **_summary_context(request, run, trace=trace, nested=True),
+        "problems": traces.trace_problems(run, page=trace),
         # Shown on the nested run, so a reader knows how far down the tree they are.
         "depth": place.depth,
         **_axis(root),
