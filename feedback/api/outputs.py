@@ -132,7 +132,8 @@ class EvaluationOut(Out):
 
     @staticmethod
     def resolve_scores(row: Evaluation) -> list:
-        return list(row.score_values.all())
+        # Only a reviewer's evaluation has score values (selectors.run_evaluations reads those).
+        return list(row.score_values.all()) if row.kind == Evaluation.Kind.HUMAN else []
 
 
 def _working_and_waited(run: Run) -> tuple[float | None, float | None]:
@@ -175,7 +176,7 @@ class RunOut(RunSummaryOut):
 
     @staticmethod
     def resolve_evaluations(run: Run) -> list[Evaluation]:
-        return list(selectors.run_evaluations(run))
+        return selectors.run_evaluations(run)
 
 
 # A step is given as the trace's JSON download gives it (traces.step_as_dict), one shape for both.

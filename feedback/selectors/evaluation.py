@@ -11,6 +11,7 @@ from django.db.models import (
     QuerySet,
     Subquery,
     Value,
+    prefetch_related_objects,
 )
 from django.db.models.functions import Coalesce
 
@@ -77,7 +78,10 @@ def review_queue() -> QuerySet[Run]:
     )
 
 
-def run_evaluations(run: Run) -> QuerySet[Evaluation]:
-    """Every evaluation of the run, newest round first: the history the run page shows."""
+def run_evaluations(run: Run) -> list[Evaluation]:
+    """Every evaluation of the run, newest round first: the history the run page shows. Score
+    values are a reviewer's: read for the human evaluations alone (most runs have none)."""
+    evaluations = list(run.evaluations.select_related("author").order_by("-round", "kind", "id"))
     values = Prefetch("score_values", ScoreValue.objects.select_related("config"))
-    return run.evaluations.select_related("author").prefetch_related(values).order_by("-round", "kind", "id")
+    prefetch_related_objects([e for e in evaluations if e.kind == Evaluation.Kind.HUMAN], values)
+    return evaluations

@@ -28,8 +28,11 @@ def recently_ended(finished_at: datetime | None) -> bool:
 
 def evaluation_context(request: HttpRequest, run: Run, form: HumanScoreForm | None = None) -> dict:
     """What the run page's evaluation section needs (shared by the page and its partial)."""
-    evaluations = list(selectors.run_evaluations(run))
+    evaluations = selectors.run_evaluations(run)
     pending = not evaluations and (run.is_active or recently_ended(run.finished_at))
+    can_score = request.user.has_perm("feedback.score_run")
+    # Made only where the page shows it: its fields are the score configurations, read by a query.
+    scorable = can_score and not run.is_active and not pending
     return {
         "run": run,
         "evaluations": evaluations,
@@ -38,8 +41,8 @@ def evaluation_context(request: HttpRequest, run: Run, form: HumanScoreForm | No
         # While the run is live its trace's tail is the page's poller, and brings this section
         # once the run has ended; from then on it polls itself until the evaluation is there.
         "evaluation_polls": pending and not run.is_active,
-        "can_score": request.user.has_perm("feedback.score_run"),
-        "score_form": form or HumanScoreForm(),
+        "can_score": can_score,
+        "score_form": (form or HumanScoreForm()) if scorable else None,
     }
 
 

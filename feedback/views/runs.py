@@ -113,7 +113,7 @@ def _href(query: QueryDict, **values: str) -> str:
 
 
 def _run(run_id: int) -> Run:
-    return get_object_or_404(Run.objects.select_related("task", "task__created_by", "parent"), pk=run_id)
+    return get_object_or_404(Run.objects.select_related("task", "task__created_by"), pk=run_id)
 
 
 def settled(run: Run) -> bool:
@@ -238,8 +238,8 @@ def _news(request: HttpRequest, run: Run) -> dict:
 
 
 def _children(run: Run) -> list[Run]:
-    """The run's sub-agent runs."""
-    return list(run.children.select_related("task").order_by("id"))
+    """The run's sub-agent runs, as their list shows them (a link and a status)."""
+    return list(run.children.order_by("id").only("id", "status"))
 
 
 def _int(value: str) -> int:
