@@ -216,3 +216,21 @@ def test_every_feedback_view_has_an_access_row():
             if (getattr(sub, "name", None) or "").startswith("feedback-"):
                 names.add(sub.name)
     assert names == {row[0] for row in ACCESS}
+
+
+def test_a_persons_own_and_group_permissions_are_read_together_in_one_query(django_assert_num_queries):
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+
+    user = make_user("both", "staff")
+    user.user_permissions.add(Permission.objects.get(codename="score_run"))
+    user = get_user_model().objects.get(pk=user.pk)  # no permission cached on the object
+    with django_assert_num_queries(1):
+        assert user.has_perm("feedback.add_task")  # the staff group's
+        assert user.has_perm("feedback.score_run")  # their own
+        assert not user.has_perm("feedback.decide_strategy")  # neither
+    inactive = get_user_model().objects.get(pk=user.pk)
+    inactive.is_active = False
+    assert not inactive.has_perm("feedback.add_task") and not inactive.has_perm("feedback.score_run")
+    boss = get_user_model().objects.create_superuser("boss", password="x")
+    assert boss.has_perm("feedback.decide_strategy") and "feedback.decide_strategy" in boss.get_all_permissions()
