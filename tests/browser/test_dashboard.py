@@ -10,6 +10,7 @@ from playwright.sync_api import expect
 
 from feedback.models import Run, Step, Task, ToolConfirmation
 from feedback.services import confirmation_decide
+from feedback.traces import TRACE_PAGE_SIZE
 
 from ..factories import make_run
 from .conftest import log_in
@@ -168,15 +169,15 @@ def test_a_sub_agent_run_expands_in_place_and_long_traces_load_on_scroll(page, l
             started_at=start + timedelta(milliseconds=200 * i),
             duration_ms=150,
         )
-        for i in range(250)
+        for i in range(2 * TRACE_PAGE_SIZE + TRACE_PAGE_SIZE // 2)
     )
     page.goto(f"{live_server.url}/runs/{long.pk}/")
     steps = page.locator(f"#trace-{long.pk} > li.step")
-    expect(steps).to_have_count(100)
+    expect(steps).to_have_count(TRACE_PAGE_SIZE)
     page.locator(f"#trace-tail-{long.pk}").scroll_into_view_if_needed()
-    expect(steps).to_have_count(200)
+    expect(steps).to_have_count(2 * TRACE_PAGE_SIZE)
     page.locator(f"#trace-tail-{long.pk}").scroll_into_view_if_needed()
-    expect(steps).to_have_count(250)
+    expect(steps).to_have_count(2 * TRACE_PAGE_SIZE + TRACE_PAGE_SIZE // 2)
     expect(page.locator(f"#trace-tail-{long.pk}")).to_have_count(0)
 
 
