@@ -91,11 +91,11 @@ class RoleBackend(ModelBackend):
         if not user_obj.is_active or user_obj.is_anonymous or obj is not None:
             return set()
         if not hasattr(user_obj, "_perm_cache"):
+            names = ("content_type__app_label", "codename")
             if user_obj.is_superuser:
-                rows = Permission.objects.values_list("content_type__app_label", "codename")
+                rows = Permission.objects.values_list(*names)
             else:
-                own = Permission.objects.filter(user=user_obj).values_list("content_type__app_label", "codename")
-                grouped = Permission.objects.filter(group__user=user_obj)
-                rows = own.order_by().union(grouped.values_list("content_type__app_label", "codename").order_by())
+                own = Permission.objects.filter(user=user_obj).values_list(*names).order_by()
+                rows = own.union(Permission.objects.filter(group__user=user_obj).values_list(*names).order_by())
             user_obj._perm_cache = {f"{app}.{codename}" for app, codename in rows}
         return user_obj._perm_cache

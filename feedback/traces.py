@@ -11,6 +11,7 @@ from django.db.models import Prefetch, Q, QuerySet, prefetch_related_objects
 from django.utils import timezone
 
 from feedback.models import Run, Step, ToolConfirmation
+from feedback.models.step import STEP_WENT_WRONG
 from feedback.selectors import run_applied_strategies
 
 # The first response of a run page renders this many steps; further pages load on scroll. Fifty
@@ -20,10 +21,6 @@ TRACE_PAGE_SIZE = 50
 # Search within a trace: at most this many words (each must match), each at most this long.
 SEARCH_WORDS = 6
 SEARCH_CHARS = 200
-# What "went wrong" means on the trace: a failed call (an error, a guardrail's or a person's
-# refusal), a failed validation, a model error. The problems list and the filter use the same, and
-# so does Step.went_wrong for steps already read.
-WENT_WRONG = Q(success=False) | Q(validation_status=Step.Validation.FAIL) | Q(kind=Step.Kind.MODEL_ERROR)
 
 
 @dataclass(frozen=True)
@@ -67,7 +64,7 @@ def _matching(steps: QuerySet[Step], matching: TraceFilter | None) -> QuerySet[S
     if not matching:
         return steps
     if matching.wrong_only:
-        steps = steps.filter(WENT_WRONG)
+        steps = steps.filter(STEP_WENT_WRONG)
     for word in matching.words:
         # JSONField's icontains reads the JSON as text (on PostgreSQL and SQLite alike).
         steps = steps.filter(
@@ -182,10 +179,9 @@ def trace_problems(run: Run, *, limit: int = 20, page: TracePage | None = None) 
     runs), else found by query, not by loading every step."""
     if page is not None and page.whole:
         return [step for step in page.steps if step.went_wrong][:limit]
-    failed = WENT_WRONG
     # "run" too: the related manager sets each step's run from its run_id, which deferred would
     # cost a query per step.
-    steps = run.steps.filter(failed).order_by("index")
+    steps = run.steps.filter(STEP_WENT_WRONG).order_by("index")
     return list(steps.only("run", "index", "kind", "tool_name", "error_class")[:limit])
 
 

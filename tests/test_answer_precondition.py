@@ -14,7 +14,7 @@ from feedback.models import Run, Step, Strategy, StrategyVersion, Task
 from feedback.strategies.hindsight import evidence_hindsight, tally
 from feedback.strategies.proposals import mine_and_propose
 
-from .factories import make_run
+from .factories import make_calculated_run, make_run
 from .fake_openai import call, completion
 
 pytestmark = pytest.mark.django_db
@@ -184,37 +184,17 @@ def test_an_answer_without_the_tools_result_is_held_back_until_it_states_it(endp
     assert held.result == {"raw": "41 * 12 + 7"}
 
 
-def _answered(*, text: str, good: bool, answer: str, value: int | None) -> Run:
-    run = make_run(
-        text=text,
-        status="succeeded",
-        score=0.95 if good else 0.1,
-        outcome="accomplished" if good else "not_accomplished",
-        final_output=answer,
-    )
-    if value is not None:
-        Step.objects.create(
-            run=run,
-            index=0,
-            kind="tool_call",
-            tool_name="calculator",
-            success=True,
-            arguments={"expression": text},
-            result={"expression": text, "value": value},
-        )
-    return run
-
-
 @pytest.mark.usefixtures("mining_thresholds")
 def test_mining_finds_the_result_left_out_and_proposes_that_the_answer_waits_for_it():
     # As the local model did: it called the calculator, then answered with the expression.
     failing = [
-        _answered(text=f"{i} * 17 + 3", good=False, answer=f"{i} * 17 + 3", value=i * 17 + 3) for i in range(1, 8)
+        make_calculated_run(text=f"{i} * 17 + 3", good=False, answer=f"{i} * 17 + 3", value=i * 17 + 3)
+        for i in range(1, 8)
     ]
     for i in range(5):
-        _answered(text=f"{i} * 19 + 1", good=True, answer=f"It is {i * 19 + 1}.", value=i * 19 + 1)
+        make_calculated_run(text=f"{i} * 19 + 1", good=True, answer=f"It is {i * 19 + 1}.", value=i * 19 + 1)
     for i in range(3):  # successes that worked it out without the tool do not count against it
-        _answered(text=f"{i} + 2", good=True, answer=str(i + 2), value=None)
+        make_calculated_run(text=f"{i} + 2", good=True, answer=str(i + 2), value=None)
     [strategy] = [s for s in mine_and_propose(window_days=None) if s.pattern_kind == "tool_result_unused"]
     assert strategy.current_version.guardrails == [USE_RESULT]
     assert strategy.title == "Answer arithmetic tasks with calculator's result"

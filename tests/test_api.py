@@ -239,9 +239,16 @@ def test_run_pages_neither_skip_nor_repeat_and_filters_apply(client, operator):
 def test_a_run_reads_with_its_trace_a_page_at_a_time(client, operator, reviewer):
     run = make_finished_run(output="42", user=make_user("author", "staff"), cost=0.0125)
     for index in range(5):
-        step = Step.objects.create(run=run, index=index, kind=Step.Kind.TOOL_CALL, tool_name="calculator",
-                                   arguments={"expression": f"{index} + 1"}, success=index != 2,
-                                   cost=0.0025, attempts=2 if index == 4 else 1)  # fmt: skip
+        step = Step.objects.create(
+            run=run,
+            index=index,
+            kind=Step.Kind.TOOL_CALL,
+            tool_name="calculator",
+            arguments={"expression": f"{index} + 1"},
+            success=index != 2,
+            cost=0.0025,
+            attempts=2 if index == 4 else 1,
+        )
     # The last call was retried: its first try timed out (the recorder keeps both attempts).
     StepAttempt.objects.create(
         step=step, number=1, started_at=timezone.now(), duration_ms=5, error="timeout", retryable=True

@@ -12,7 +12,7 @@ from feedback.models import AppliedStrategy, InsightPair, Run, Strategy, Strateg
 from feedback.strategies import services
 from feedback.strategies.insights import insight_pairs, insights_update, pending_version
 
-from .factories import make_run
+from .factories import make_calculated_run, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -221,26 +221,8 @@ def test_the_mining_command_updates_the_lists():
 
 def test_a_failure_that_left_the_tools_result_out_teaches_to_answer_with_it():
     # As the local model did: both called the calculator; the failure answered with the expression.
-    def run(text, answer, value, good):
-        done = make_run(
-            text=text,
-            status="succeeded",
-            final_output=answer,
-            score=0.95 if good else 0.1,
-            outcome="accomplished" if good else "not_accomplished",
-        )
-        done.steps.create(
-            index=0,
-            kind="tool_call",
-            tool_name="calculator",
-            success=True,
-            arguments={"expression": text},
-            result={"expression": text, "value": value},
-        )
-        return done
-
-    run("348 / 12 + 27", "348 / 12 + 27", 56, good=False)
-    run("270 / 9 + 22", "52", 52, good=True)
+    make_calculated_run(text="348 / 12 + 27", answer="348 / 12 + 27", value=56, good=False)
+    make_calculated_run(text="270 / 9 + 22", answer="52", value=52, good=True)
     [strategy] = insights_update(window_days=30)
     assert texts_and_votes(strategy.current_version) == [
         ("For arithmetic tasks, answer with the result calculator returns, not with what you gave it.", 2)

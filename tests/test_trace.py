@@ -301,10 +301,25 @@ def test_the_whole_trace_downloads_as_json(client, operator, long_run, django_as
 def test_one_step_as_json_for_copying(client, operator):
     run = make_run(status=Run.Status.SUCCEEDED)
     # Retried once, as the recorder keeps a call whose first try failed: both attempts.
-    step = Step.objects.create(run=run, index=3, kind=Step.Kind.TOOL_CALL, tool_name="calculator", success=True,
-                               arguments={"expression": "1 + 1"}, result={"value": 2}, attempts=2)  # fmt: skip
-    StepAttempt.objects.create(step=step, number=1, started_at=timezone.now(), duration_ms=4, error="timed out",
-                               error_class="ToolTimeout", retryable=True)  # fmt: skip
+    step = Step.objects.create(
+        run=run,
+        index=3,
+        kind=Step.Kind.TOOL_CALL,
+        tool_name="calculator",
+        success=True,
+        arguments={"expression": "1 + 1"},
+        result={"value": 2},
+        attempts=2,
+    )
+    StepAttempt.objects.create(
+        step=step,
+        number=1,
+        started_at=timezone.now(),
+        duration_ms=4,
+        error="timed out",
+        error_class="ToolTimeout",
+        retryable=True,
+    )
     StepAttempt.objects.create(step=step, number=2, started_at=timezone.now(), duration_ms=3)
     client.force_login(operator)
     url = reverse("feedback-run-trace-json", args=[run.pk])

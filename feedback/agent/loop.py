@@ -19,6 +19,7 @@ from django.utils import timezone
 from feedback import lifecycle
 from feedback.logging import current_run, current_step
 from feedback.models import Run, Step, Task
+from feedback.models.step import SUBAGENT_TOOL
 from feedback.privacy import mask_text
 from feedback.quota import folder_bytes
 from feedback.strategies import injection as strategy_injection
@@ -77,7 +78,7 @@ class AgentLoop:
         if self._depth >= settings.SUBAGENT_MAX_DEPTH:
             # A delegation would only be refused: not offered, so a model never spends a turn on
             # it (SUBAGENT_MAX_DEPTH=0 turns sub-agents off; a small model delegated everything).
-            offerable = {name: tool for name, tool in offerable.items() if name != "delegate"}
+            offerable = {name: tool for name, tool in offerable.items() if name != SUBAGENT_TOOL}
         self.tools, method = select_tools(self.run.task.text, offerable)
         self.tools |= self.guardrails.required_before_answer(offerable)
         self.record.update_run(
@@ -285,7 +286,7 @@ class AgentLoop:
         # A new plan is written with the step of the call that made it.
         plan = {"plan": outcome.result["steps"]} if outcome.ok and call.name == "update_plan" else None
         child = None
-        if outcome.ok and call.name == "delegate":
+        if outcome.ok and call.name == SUBAGENT_TOOL:
             child, outcome = self._delegate(call, outcome)
         step = self.record.tool_call(turn, call, outcome, run_fields=plan)
         if child is not None:

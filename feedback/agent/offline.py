@@ -188,7 +188,7 @@ class OfflineDemoModel:
         if not fetched:
             calls = [_call(turn * 100 + i, "http_get", url=url) for i, url in enumerate(urls)]
             return LLMReply(content=f"Fetching {len(urls)} address(es).", tool_calls=calls)
-        lines = []
+        lines, read = [], 0
         for url in urls:
             obs = fetched.get(url)
             if obs is None or not obs.ok:
@@ -198,7 +198,7 @@ class OfflineDemoModel:
             quoted = text[:QUOTED_CHARS] + ("…" if len(text) > QUOTED_CHARS else "")
             kind = obs.result.get("content_type") or "no type"
             lines.append(f"- {url}: HTTP {obs.result.get('status')}, {kind}: {quoted}")
-        read = sum(1 for url in urls if url in fetched and fetched[url].ok)
+            read += 1
         return LLMReply(content="\n".join([f"Read {read} of {len(urls)} address(es):", *lines]))
 
     # --- support-email triage -------------------------------------------------------------

@@ -95,7 +95,8 @@ class Step(models.Model):
 
     @property
     def went_wrong(self) -> bool:
-        """A failed call, a failed validation or a model error: what the trace makes stand out."""
+        """A failed call, a failed validation or a model error: what the trace makes stand out
+        (``STEP_WENT_WRONG`` asks the same of the database)."""
         failed_check = self.validation_status == self.Validation.FAIL
         return self.success is False or failed_check or self.kind == self.Kind.MODEL_ERROR
 
@@ -118,6 +119,11 @@ class Step(models.Model):
         return _VALIDATION_LABELS.get(self.validation_status, self.validation_status)
 
 
+# What "went wrong" means on the trace (Step.went_wrong for a step already read): a failed call
+# (an error, a guardrail's or a person's refusal), a failed validation, a model error.
+STEP_WENT_WRONG = (
+    models.Q(success=False) | models.Q(validation_status=Step.Validation.FAIL) | models.Q(kind=Step.Kind.MODEL_ERROR)
+)
 # The tool that starts sub-agent runs (agent/tools: delegate), each linked to its step.
 SUBAGENT_TOOL = "delegate"
 _KIND_LABELS = dict(Step.Kind.choices)

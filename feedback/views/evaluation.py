@@ -31,7 +31,8 @@ def evaluation_context(request: HttpRequest, run: Run, form: HumanScoreForm | No
     evaluations = selectors.run_evaluations(run)
     pending = not evaluations and (run.is_active or recently_ended(run.finished_at))
     can_score = request.user.has_perm("feedback.score_run")
-    # Made only where the page shows it: its fields are the score configurations, read by a query.
+    # The section shows the form (None: no form) to a scorer of an ended, evaluated run; made only
+    # then, since its fields are the score configurations, read by a query.
     scorable = can_score and not run.is_active and not pending
     return {
         "run": run,
