@@ -297,6 +297,8 @@ CELERY_BEAT_SCHEDULE = {
     # (feedback/retention.py).
     "clean-run-sandboxes": {"task": "feedback.tasks.run_sandboxes_clean_task", "schedule": 3600.0},
     "purge-idempotency-keys": {"task": "feedback.tasks.idempotency_keys_purge_task", "schedule": 3600.0},
+    # Sessions past SESSION_COOKIE_AGE, which Django removes only at a logout (manage.py clearsessions).
+    "purge-expired-sessions": {"task": "feedback.tasks.sessions_purge_task", "schedule": 3600.0},
     # MCP servers' tool listings, never listed or older than MCP_TOOLS_REFRESH_SECONDS (runs never list).
     "refresh-mcp-listings": {"task": "feedback.tasks.mcp_listings_refresh_task", "schedule": 60.0},
 }

@@ -213,9 +213,7 @@ def run_rerun(*, run: Run, user: AbstractBaseUser) -> Run:
 
 
 def run_can_control(*, run: Run, user: AbstractBaseUser) -> bool:
-    return user.has_perm("feedback.score_run") or (
-        user.has_perm("feedback.add_task") and run.task.created_by_id == user.pk
-    )
+    return user.has_perm("feedback.score_run") or (user.has_perm("feedback.add_task") and run.owner_id == user.pk)
 
 
 class StaleConfirmation(Exception):

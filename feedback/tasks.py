@@ -2,6 +2,7 @@
 
 import logging
 from collections.abc import Callable
+from importlib import import_module
 
 from celery import shared_task
 from django.conf import settings
@@ -214,6 +215,13 @@ def alert_deliver_task(self, delivery_id: int) -> None:
     attempt = alert_deliver(delivery_id=delivery_id)
     if attempt is not None and attempt.outcome == AlertAttempt.Outcome.RETRY:
         raise DeliveryFailed(f"alert delivery {delivery_id} attempt {attempt.number}: {attempt.error}")
+
+
+@shared_task(ignore_result=True)
+def sessions_purge_task() -> None:
+    # Beat's hourly job: Django deletes a database session only at its logout; one that expired
+    # (SESSION_COOKIE_AGE) stays, a row per sign-in, unless `clearsessions` runs: this is it.
+    import_module(settings.SESSION_ENGINE).SessionStore.clear_expired()
 
 
 @shared_task(ignore_result=True)

@@ -218,3 +218,23 @@ def test_the_embedded_default_writes_mail_into_var_mail_and_email_url_changes_it
     (written,) = (tmp_path / "mail").iterdir()
     assert "To: someone@example.com" in written.read_text()
     assert "To: someone@example.com" in send(EMAIL_URL="consolemail://").stdout
+
+
+def test_beat_removes_expired_sessions_and_keeps_live_ones():
+    from django.contrib.sessions.models import Session
+
+    from feedback import tasks
+
+    user = make_user("sessions-user", roles.OPERATOR)
+    gone, kept = Client(), Client()
+    gone.force_login(user)
+    kept.force_login(user)
+    Session.objects.filter(session_key=gone.session.session_key).update(expire_date=timezone.now() - timedelta(1))
+
+    tasks.sessions_purge_task()
+
+    assert list(Session.objects.values_list("session_key", flat=True)) == [kept.session.session_key]
+    assert kept.get(reverse("feedback-run-list")).status_code == 200  # still signed in
+    assert gone.get(reverse("feedback-run-list")).status_code == 302  # to the login page
+    schedule = {entry["task"]: entry["schedule"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert schedule["feedback.tasks.sessions_purge_task"] == 3600.0

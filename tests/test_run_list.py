@@ -91,6 +91,18 @@ def test_a_strategy_filter_counts_only_runs_it_was_applied_to(client, operator, 
     assert _ids(html, [runs["a"], runs["b"], runs["c"]]) == [runs["a"].pk]  # c was in the control arm
 
 
+def test_the_strategy_filter_offers_only_strategies_applied_to_a_run(client, operator, runs):
+    withheld = Strategy.objects.create(title="Only ever withheld", pattern_kind=Strategy.PatternKind.MANUAL)
+    version = StrategyVersion.objects.create(strategy=withheld, number=1, pattern="p", new_guidance="g")
+    AppliedStrategy.objects.create(run=runs["b"], strategy_version=version, arm=AppliedStrategy.Arm.CONTROL)
+    Strategy.objects.create(title="Proposed, never tried", pattern_kind=Strategy.PatternKind.MANUAL)
+    client.force_login(operator)
+
+    options = client.get(URL).context["form"].fields["strategy"].choices
+
+    assert [label for _, label in options] == ["Any", str(runs["strategy"])]
+
+
 def test_a_bad_filter_says_so_and_the_others_still_apply(client, operator, runs):
     client.force_login(operator)
     html = client.get(URL, {"score_min": "lots", "kind": "email_triage"}).content.decode()

@@ -1,10 +1,11 @@
 """The filters of the run list, the run comparison, the metrics and the alerts."""
 
 from django import forms
+from django.db.models import Exists, OuterRef
 from django.utils.translation import gettext_lazy as _
 
 from feedback.agent.tools import BUILTIN_TOOLS
-from feedback.models import AlertIncident, AlertRule, Run, Strategy, Task
+from feedback.models import AlertIncident, AlertRule, AppliedStrategy, Run, Strategy, Task
 
 from .tasks import ERROR_SIGNATURE
 
@@ -67,8 +68,12 @@ class RunFilterForm(forms.Form):
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         self.fields["tool"].choices = [("", _("Any")), *((name, name) for name in sorted(BUILTIN_TOOLS))]
-        # Only what an option shows: a strategy's evidence and counters are large and unused here.
-        self.fields["strategy"].queryset = Strategy.objects.order_by("id").only("id", "title")
+        # The strategies applied to a run at least once, the only ones the filter can find runs of
+        # (mining proposes more every hour: most are never applied); only what an option shows.
+        applied = AppliedStrategy.objects.filter(strategy_version__strategy=OuterRef("pk")).exclude(
+            arm=AppliedStrategy.Arm.CONTROL
+        )
+        self.fields["strategy"].queryset = Strategy.objects.filter(Exists(applied)).order_by("id").only("id", "title")
 
 
 class AlertFilterForm(forms.Form):

@@ -2,6 +2,7 @@ from django.db import models
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
 from .task import Task
@@ -160,6 +161,12 @@ class Run(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in self.ACTIVE_STATUSES
+
+    @cached_property
+    def owner_id(self) -> int | None:
+        """Who submitted the run's task, who may see and control it: read from the task, unless
+        the query annotated it (a live part's poll reads the run alone)."""
+        return self.task.created_by_id
 
 
 _STATUS_LABELS = dict(Run.Status.choices)

@@ -14,7 +14,7 @@ from feedback.evaluation import evidence
 from feedback.forms import HumanScoreForm
 from feedback.models import Run
 
-from .runs import _visible_run, answer
+from .runs import PART_RUN, _visible_run, answer
 
 QUEUE_PER_PAGE = 25
 # A run that ended this recently may still be waiting for its evaluation: keep the section polling.
@@ -49,7 +49,7 @@ def evaluation_context(request: HttpRequest, run: Run, form: HumanScoreForm | No
 
 def run_evaluations(request: HttpRequest, run_id: int) -> HttpResponse:
     """The run page's evaluation section (it polls itself after the run while it awaits one)."""
-    return answer(request, run_id, _evaluations)
+    return answer(request, run_id, _evaluations, PART_RUN)
 
 
 def _evaluations(request: HttpRequest, run: Run) -> HttpResponse:
