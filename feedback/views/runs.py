@@ -4,7 +4,7 @@ from datetime import datetime
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import F, QuerySet
+from django.db.models import Exists, F, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import floatformat
@@ -16,7 +16,8 @@ from django_htmx.http import HttpResponseStopPolling
 
 from feedback import quota, retention, selectors, services, traces
 from feedback.forms import RunFilterForm
-from feedback.models import DatasetItem, Run, ToolConfirmation
+from feedback.models import DatasetItem, Run, Step, ToolConfirmation
+from feedback.models.step import STEP_WENT_WRONG
 
 from .confirmations import with_arguments_shown
 
@@ -43,10 +44,17 @@ def recently_ended(finished_at: datetime | None) -> bool:
     return recently_ended(finished_at)
 
 
+# Whether the run asked people to confirm a call, and whether a step went wrong: most runs did
+# neither, and their summary then reads no confirmations and no problems (two queries of a poll's
+# six, for two EXISTS in the run's own query).
+_ASKED = {
+    "has_confirmations": Exists(ToolConfirmation.objects.filter(run=OuterRef("pk"))),
+    "has_problems": Exists(Step.objects.filter(STEP_WENT_WRONG, run=OuterRef("pk"))),
+}
 # A run's page shows its task and who submitted it; a live part polled every second shows nothing
 # of the task, and needs only who may see it (Run.owner_id): the joins cost a third of a poll.
-PAGE_RUN = Run.objects.select_related("task", "task__created_by")
-PART_RUN = Run.objects.annotate(owner_id=F("task__created_by_id"))
+PAGE_RUN = Run.objects.select_related("task", "task__created_by").annotate(**_ASKED)
+PART_RUN = Run.objects.annotate(owner_id=F("task__created_by_id"), **_ASKED)
 
 
 def _visible_run(request: HttpRequest, run_id: int, runs: QuerySet[Run] = PAGE_RUN) -> Run:
@@ -159,7 +167,7 @@ def _run_page(request: HttpRequest, run: Run) -> HttpResponse:
         **_summary_context(request, run, trace=trace),
         "trace_filter": matching,
         **evaluation_context(request, run),
-        "problems": traces.trace_problems(run, page=trace),
+        "problems": _problems(run, trace),
         "applied_strategies": selectors.run_applied_strategies(run),
         "children": _children(run),
         "sandbox": retention.sandbox_state(run),
@@ -219,7 +227,7 @@ def _child(request: HttpRequest, run: Run) -> HttpResponse:
     trace = traces.trace_page(run, origin=origin)
     context = {
         **_summary_context(request, run, trace=trace, nested=True),
-        "problems": traces.trace_problems(run, page=trace),
+        "problems": _problems(run, trace),
         # Shown on the nested run, so a reader knows how far down the tree they are.
         "depth": place.depth,
         **_axis(root),
@@ -243,8 +251,12 @@ def _news(request: HttpRequest, run: Run) -> dict:
     of the steps that went wrong, which grows with the steps."""
     seen = request.GET.get("seen", "")
     ended = seen in Run.ACTIVE_STATUSES and not run.is_active
-    news = {"seen": seen, "ended_now": ended, "problems": traces.trace_problems(run)}
+    news = {"seen": seen, "ended_now": ended, "problems": _problems(run)}
     return {**news, **(evaluation_context(request, run) if ended else {})}
+
+
+def _problems(run: Run, trace: traces.TracePage | None = None) -> list:
+    return traces.trace_problems(run, page=trace) if run.has_problems else []
 
 
 def _children(run: Run) -> list[Run]:
@@ -264,7 +276,7 @@ def _ms(moment: datetime) -> int:
 
 
 def _summary_context(request: HttpRequest, run: Run, *, trace: traces.TracePage | None, nested: bool = False) -> dict:
-    rows = run.confirmations.select_related("decided_by").order_by("requested_at")
+    rows = run.confirmations.select_related("decided_by").order_by("requested_at") if run.has_confirmations else []
     confirmations = with_arguments_shown(rows, user=request.user)
     return {
         "run": run,
