@@ -374,6 +374,31 @@ def test_a_reply_that_copies_the_runtimes_instruction_is_not_the_answer(endpoint
     assert "repeated the instruction" in json.dumps(endpoint.requests[2]["messages"])  # the model is told
 
 
+def test_the_same_echo_after_the_correction_is_still_not_the_answer(endpoint):
+    # Measured on the local model (file analysis, temperature 0): after "your reply repeated the
+    # instruction" it sent the reflection's sentence again, which was compared with the correction
+    # alone and became the run's answer.
+    echo = "Mark the failed plan step as failed with update_plan and choose another way."
+    endpoint.script = [
+        completion(tool_calls=[call("calculator", {"expression": "2 +"})]),
+        completion(echo),
+        completion(echo),
+        completion("2 + 2 = 4."),
+    ]
+    run = run_task()
+    assert run.final_output == "2 + 2 = 4."
+    errors = list(run.steps.filter(kind=Step.Kind.MODEL_ERROR).values_list("error_class", flat=True))
+    assert errors == ["EchoedInstruction", "EchoedInstruction"]
+
+
+def test_echoing_the_instructions_three_times_fails_the_run_without_an_answer(endpoint):
+    echo = "Mark the failed plan step as failed with update_plan and choose another way."
+    endpoint.script = [completion(tool_calls=[call("calculator", {"expression": "2 +"})])] + [completion(echo)] * 3
+    run = run_task()
+    assert (run.status, run.final_output) == (Run.Status.FAILED, "")
+    assert run.error == "The model gave 3 unusable replies in a row."
+
+
 def test_an_answer_that_quotes_a_phrase_of_the_instruction_is_the_answer(endpoint):
     endpoint.script = [
         completion(tool_calls=[call("calculator", {"expression": "2 +"})]),

@@ -2,8 +2,8 @@
 it found one; an empty reply; and two generic rules, the same for every model, written in the
 runtime's terms (its instructions, its refusals), never in any one model's wording.
 
-- **An echo**: a reply that mostly repeats the runtime's last instruction (a reflection's re-plan,
-  a correction of an unusable reply) instead of following it is no answer. What the runtime
+- **An echo**: a reply that mostly repeats one of the runtime's instructions (a reflection's
+  re-plan, a correction of an unusable reply) instead of following it is no answer. What the runtime
   quoted there of a tool (its error, the call's arguments) is not its instruction: a reply that
   reports the tool's error is an answer, not an echo.
 - **A guardrail's refusal quoted**: a refusal is the runtime's message to the model (its
@@ -49,18 +49,17 @@ def _quoted(steps: Iterable[Step]) -> set[tuple[str, ...]]:
 
 
 def echoes_instruction(reply: str, steps: list[Step]) -> bool:
-    """Whether ``reply`` is mostly a copy of the runtime's own words in what it last told the
-    model. Most of the reply's word triples (leaving out those quoted of tools) must be the
-    instruction's: an answer that quotes a phrase of it, or reports a tool's error, is an answer."""
-    told = next(
-        (s.thought for s in reversed(steps) if s.kind in (Step.Kind.REFLECTION, Step.Kind.MODEL_ERROR) and s.thought),
-        "",
-    )
+    """Whether ``reply`` is mostly a copy of the runtime's own words in one of the instructions it
+    gave the model in this run (a reflection, a correction): not only the last, since the reply
+    after "your reply repeated the instruction" may repeat the one before it again. Most of the
+    reply's word triples (leaving out those quoted of tools) must be that instruction's: an
+    answer that quotes a phrase of one, or reports a tool's error, is an answer."""
+    told = [s.thought for s in steps if s.kind in (Step.Kind.REFLECTION, Step.Kind.MODEL_ERROR) and s.thought]
     if not told:
         return False
     quoted = _quoted(steps)
     said = _trigrams(reply) - quoted
-    return len(said) >= 3 and len(said & (_trigrams(told) - quoted)) >= 0.6 * len(said)
+    return len(said) >= 3 and any(len(said & (_trigrams(t) - quoted)) >= 0.6 * len(said) for t in told)
 
 
 def quoted_refusal(answer: str, steps: Iterable[Step]) -> str:

@@ -47,14 +47,14 @@ def recently_ended(finished_at: datetime | None) -> bool:
 # Whether the run asked people to confirm a call, and whether a step went wrong: most runs did
 # neither, and their summary then reads no confirmations and no problems (two queries of a poll's
 # six, for two EXISTS in the run's own query).
-_ASKED = {
+_FLAGS = {
     "has_confirmations": Exists(ToolConfirmation.objects.filter(run=OuterRef("pk"))),
     "has_problems": Exists(Step.objects.filter(STEP_WENT_WRONG, run=OuterRef("pk"))),
 }
 # A run's page shows its task and who submitted it; a live part polled every second shows nothing
 # of the task, and needs only who may see it (Run.owner_id): the joins cost a third of a poll.
-PAGE_RUN = Run.objects.select_related("task", "task__created_by").annotate(**_ASKED)
-PART_RUN = Run.objects.annotate(owner_id=F("task__created_by_id"), **_ASKED)
+PAGE_RUN = Run.objects.select_related("task", "task__created_by").annotate(**_FLAGS)
+PART_RUN = Run.objects.annotate(owner_id=F("task__created_by_id"), **_FLAGS)
 
 
 def _visible_run(request: HttpRequest, run_id: int, runs: QuerySet[Run] = PAGE_RUN) -> Run:
