@@ -8,7 +8,8 @@ Kinds (each a dict with a "type"):
   "resolve_in_workspace"`` rewrites a file path that does not exist to the one file of that
   name in the workspace, when there is exactly one;
   ``"action": "file_name_as_path"`` moves a value that is exactly the name of a workspace file
-  (found the same way) from that parameter to ``path``, when the call gives no file path: a rule
+  (found the same way) from that parameter to ``path``, when the call gives no file path or that
+  same file as ``path`` (then the value is dropped, since the tool takes exactly one): a rule
   about the call's values and the workspace, whoever wrote the call (mined from the tool's own
   error, "… is the name of a file in the workspace, not its text").
 - ``retry_policy``: ``{"tool": ..., "timeout": 20, "max_attempts": 5}`` overrides the tool's.
@@ -259,9 +260,9 @@ class Guardrails:
                 if found and found != value:
                     notes.append(f"Guardrail: {rule['param']} {value!r} resolved to {found!r}.")
                     arguments[rule["param"]] = found
-            if rule.get("action") == "file_name_as_path" and rule["param"] != "path" and self._no_file(arguments):
+            if rule.get("action") == "file_name_as_path" and rule["param"] != "path":
                 found = file_named(self.workspace, value)
-                if found:
+                if found and (self._no_file(arguments) or self._same_file(arguments.get("path"), found)):
                     notes.append(f"Guardrail: {rule['param']} {value!r} names a file: passed as path {found!r}.")
                     del arguments[rule["param"]]
                     arguments["path"] = found
@@ -277,6 +278,10 @@ class Guardrails:
             notes.append(f"Guardrail: the rule {pattern!r} for {rule['param']} cannot be used; not applied.")
             return True
         return compiled.search(saferegex.text(value)) is not None
+
+    def _same_file(self, path: object, found: str) -> bool:
+        # Both at once ("give exactly one", says the tool): the file's name as the text as well.
+        return isinstance(path, str) and file_named(self.workspace, path) == found
 
     def _no_file(self, arguments: dict) -> bool:
         # A call may fill every parameter: path "" or "." beside the file's name as the text.

@@ -101,6 +101,12 @@ def test_a_file_name_given_as_the_text_is_passed_as_the_path(tmp_path):
     for arguments in ('{"text": "report.txt", "path": ""}', '{"text": "report.txt", "path": "."}',
                       '{"text": "report.txt", "path": "docs"}'):  # fmt: skip
         assert json.loads(rails.check("analyze_text", arguments, set()).arguments) == {"path": "report.txt"}
+    # The same file as the path beside its name as the text (the tool takes exactly one): the text goes.
+    both = {"report.txt": "report.txt", "notes.md": "docs/notes.md"}
+    for name, path in both.items():
+        arguments = json.dumps({"text": name, "path": path})
+        moved = rails.check("analyze_text", arguments, set())
+        assert json.loads(moved.arguments) == {"path": path} and "passed as path" in moved.notes[0]
     # Text is text, a file's path already given is kept, and no file outside the workspace is named.
     for arguments in ('{"text": "Summarise report.txt"}', '{"text": "report.txt", "path": "docs/notes.md"}',
                       '{"text": "report.txt", "path": "../x"}', '{"text": "../x"}'):  # fmt: skip
