@@ -2,10 +2,10 @@
 
 import logging
 from collections.abc import Callable
-from importlib import import_module
 
 from celery import shared_task
 from django.conf import settings
+from django.core.management import call_command
 
 from feedback.agent.checkpoint import reap_stale_runs, resend_lost_evaluations
 from feedback.agent.loop import execute_run
@@ -220,8 +220,8 @@ def alert_deliver_task(self, delivery_id: int) -> None:
 @shared_task(ignore_result=True)
 def sessions_purge_task() -> None:
     # Beat's hourly job: Django deletes a database session only at its logout; one that expired
-    # (SESSION_COOKIE_AGE) stays, a row per sign-in, unless `clearsessions` runs: this is it.
-    import_module(settings.SESSION_ENGINE).SessionStore.clear_expired()
+    # (SESSION_COOKIE_AGE) stays, a row per sign-in, unless `clearsessions` runs.
+    call_command("clearsessions")
 
 
 @shared_task(ignore_result=True)

@@ -1,7 +1,5 @@
 """The agent on the real openai SDK against a local OpenAI-compatible server."""
 
-import json
-
 import pytest
 
 from feedback.agent.loop import execute_run
@@ -356,52 +354,3 @@ def test_a_failed_attempt_at_a_call_is_a_malformed_reply_not_an_answer(endpoint,
 def test_an_answer_that_mentions_a_function_in_words_stays_an_answer(endpoint):
     endpoint.script = [completion('The function "name" field holds the tool; 2 + 2 = 4.')]
     assert run_task().final_output == 'The function "name" field holds the tool; 2 + 2 = 4.'
-
-
-def test_a_reply_that_copies_the_runtimes_instruction_is_not_the_answer(endpoint):
-    # After a failed call Qwen2.5-Coder-1.5B answered with the reflection's own re-plan sentence
-    # in 19 of 22 runs, which ended each run "succeeded" with it as the answer.
-    endpoint.script = [
-        completion(tool_calls=[call("calculator", {"expression": "2 +"})]),
-        completion("Mark the failed plan step as failed with update_plan and choose another way."),
-        completion(tool_calls=[call("calculator", {"expression": "2 + 2"})]),
-        completion("The failed step is marked; another way gives 2 + 2 = 4."),
-    ]
-    run = run_task()
-    assert run.final_output == "The failed step is marked; another way gives 2 + 2 = 4."
-    echo = run.steps.get(kind=Step.Kind.MODEL_ERROR)
-    assert echo.error_class == "EchoedInstruction" and "repeated the instruction" in echo.error
-    assert "repeated the instruction" in json.dumps(endpoint.requests[2]["messages"])  # the model is told
-
-
-def test_the_same_echo_after_the_correction_is_still_not_the_answer(endpoint):
-    # Measured on the local model (file analysis, temperature 0): after "your reply repeated the
-    # instruction" it sent the reflection's sentence again, which was compared with the correction
-    # alone and became the run's answer.
-    echo = "Mark the failed plan step as failed with update_plan and choose another way."
-    endpoint.script = [
-        completion(tool_calls=[call("calculator", {"expression": "2 +"})]),
-        completion(echo),
-        completion(echo),
-        completion("2 + 2 = 4."),
-    ]
-    run = run_task()
-    assert run.final_output == "2 + 2 = 4."
-    errors = list(run.steps.filter(kind=Step.Kind.MODEL_ERROR).values_list("error_class", flat=True))
-    assert errors == ["EchoedInstruction", "EchoedInstruction"]
-
-
-def test_echoing_the_instructions_three_times_fails_the_run_without_an_answer(endpoint):
-    echo = "Mark the failed plan step as failed with update_plan and choose another way."
-    endpoint.script = [completion(tool_calls=[call("calculator", {"expression": "2 +"})])] + [completion(echo)] * 3
-    run = run_task()
-    assert (run.status, run.final_output) == (Run.Status.FAILED, "")
-    assert run.error == "The model gave 3 unusable replies in a row."
-
-
-def test_an_answer_that_quotes_a_phrase_of_the_instruction_is_the_answer(endpoint):
-    endpoint.script = [
-        completion(tool_calls=[call("calculator", {"expression": "2 +"})]),
-        completion("I chose another way: the sum 2 + 2 is 4, so the answer is 4."),
-    ]
-    assert run_task().final_output == "I chose another way: the sum 2 + 2 is 4, so the answer is 4."

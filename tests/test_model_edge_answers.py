@@ -1,5 +1,6 @@
-"""What the loop takes for an answer: a reply reporting a tool's error is an answer, not an echo of
-the instruction (issue 23.6); a guardrail's refusal is the runtime's message to the model and never
+"""What the loop takes for an answer: a reply repeating one of the runtime's instructions is none,
+even after it was told so; a reply reporting a tool's error is an answer, not an echo of the
+instruction (issue 23.6); a guardrail's refusal is the runtime's message to the model and never
 becomes the answer a person reads (issue 23.4). Through the loop, on the local OpenAI-compatible
 server with the real openai SDK, and on the offline demo model."""
 
@@ -12,6 +13,7 @@ from feedback.models import Run, Step, Task
 
 from .factories import make_run
 from .fake_openai import call, completion
+from .test_llm_endpoint import run_task
 from .test_strategy_lifecycle import make_strategy
 
 pytestmark = pytest.mark.django_db
@@ -35,6 +37,56 @@ def with_the_precondition() -> None:
     strategy = make_strategy(status="active")
     strategy.current_version.guardrails = PRECONDITION
     strategy.current_version.save()
+
+
+# --- an echo of the runtime's instruction is no answer -------------------------------------------
+def test_a_reply_that_copies_the_runtimes_instruction_is_not_the_answer(endpoint):
+    # After a failed call Qwen2.5-Coder-1.5B answered with the reflection's own re-plan sentence
+    # in 19 of 22 runs, which ended each run "succeeded" with it as the answer.
+    endpoint.script = [
+        completion(tool_calls=[call("calculator", {"expression": "2 +"})]),
+        completion("Mark the failed plan step as failed with update_plan and choose another way."),
+        completion(tool_calls=[call("calculator", {"expression": "2 + 2"})]),
+        completion("The failed step is marked; another way gives 2 + 2 = 4."),
+    ]
+    run = run_task()
+    assert run.final_output == "The failed step is marked; another way gives 2 + 2 = 4."
+    echo = run.steps.get(kind=Step.Kind.MODEL_ERROR)
+    assert echo.error_class == "EchoedInstruction" and "repeated the instruction" in echo.error
+    assert "repeated the instruction" in json.dumps(endpoint.requests[2]["messages"])  # the model is told
+
+
+def test_the_same_echo_after_the_correction_is_still_not_the_answer(endpoint):
+    # Measured on the local model (file analysis, temperature 0): after "your reply repeated the
+    # instruction" it sent the reflection's sentence again, which was compared with the correction
+    # alone and became the run's answer.
+    echo = "Mark the failed plan step as failed with update_plan and choose another way."
+    endpoint.script = [
+        completion(tool_calls=[call("calculator", {"expression": "2 +"})]),
+        completion(echo),
+        completion(echo),
+        completion("2 + 2 = 4."),
+    ]
+    run = run_task()
+    assert run.final_output == "2 + 2 = 4."
+    errors = list(run.steps.filter(kind=Step.Kind.MODEL_ERROR).values_list("error_class", flat=True))
+    assert errors == ["EchoedInstruction", "EchoedInstruction"]
+
+
+def test_echoing_the_instructions_three_times_fails_the_run_without_an_answer(endpoint):
+    echo = "Mark the failed plan step as failed with update_plan and choose another way."
+    endpoint.script = [completion(tool_calls=[call("calculator", {"expression": "2 +"})])] + [completion(echo)] * 3
+    run = run_task()
+    assert (run.status, run.final_output) == (Run.Status.FAILED, "")
+    assert run.error == "The model gave 3 unusable replies in a row."
+
+
+def test_an_answer_that_quotes_a_phrase_of_the_instruction_is_the_answer(endpoint):
+    endpoint.script = [
+        completion(tool_calls=[call("calculator", {"expression": "2 +"})]),
+        completion("I chose another way: the sum 2 + 2 is 4, so the answer is 4."),
+    ]
+    assert run_task().final_output == "I chose another way: the sum 2 + 2 is 4, so the answer is 4."
 
 
 # --- 23.6: an answer reporting a tool's error is no echo -------------------------------------------

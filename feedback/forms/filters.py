@@ -70,9 +70,7 @@ class RunFilterForm(forms.Form):
         self.fields["tool"].choices = [("", _("Any")), *((name, name) for name in sorted(BUILTIN_TOOLS))]
         # The strategies applied to a run at least once, the only ones the filter can find runs of
         # (mining proposes more every hour: most are never applied); only what an option shows.
-        applied = AppliedStrategy.objects.filter(strategy_version__strategy=OuterRef("pk")).exclude(
-            arm=AppliedStrategy.Arm.CONTROL
-        )
+        applied = AppliedStrategy.objects.filter(AppliedStrategy.APPLIED, strategy_version__strategy=OuterRef("pk"))
         self.fields["strategy"].queryset = Strategy.objects.filter(Exists(applied)).order_by("id").only("id", "title")
 
 

@@ -188,6 +188,9 @@ class AppliedStrategy(models.Model):
     )
     arm = models.CharField(max_length=16, choices=Arm.choices)
 
+    # The rows whose strategy was applied to their run (``applied``): every arm but the control's.
+    APPLIED = ~Q(arm=Arm.CONTROL)
+
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "strategy_version"], name="applied_once_per_run")]
 

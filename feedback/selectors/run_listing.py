@@ -123,8 +123,8 @@ def filter_runs(runs: QuerySet[Run], filters: dict) -> QuerySet[Run]:
         runs = runs.filter(
             Exists(
                 AppliedStrategy.objects.filter(
-                    run=OuterRef("pk"), strategy_version__strategy=filters["strategy"]
-                ).exclude(arm=AppliedStrategy.Arm.CONTROL)
+                    AppliedStrategy.APPLIED, run=OuterRef("pk"), strategy_version__strategy=filters["strategy"]
+                )
             )
         )
     if filters.get("q"):
