@@ -248,3 +248,64 @@ def test_a_sensitive_call_is_refused_by_the_cycles_reviewer_and_the_run_goes_on(
     }
     assert not Run.objects.filter(status__in=Run.ACTIVE_STATUSES).exists()
     assert set(Run.objects.values_list("status", "final_output")) == {(Run.Status.SUCCEEDED, "42")}
+
+
+def _misled_but_guarded(body: dict) -> dict:
+    """A model that works out the sums it is asked as "What is (...", and leaves the others
+    unevaluated until a guardrail refuses that answer; lessons in its prompt mislead it into
+    leaving every sum unevaluated, refused or not. So a strategy's guidance harms and its
+    guardrail helps: the cycle must measure them apart and keep the guardrail alone."""
+    messages = body["messages"]
+    taught = any(heading in messages[0]["content"] for heading in _LESSON_HEADINGS)
+    expression = _expression(messages[1]["content"])
+    if expression is None:
+        return completion("I could not work this out.")
+    results = [m for m in messages if m["role"] == "tool"]
+    if results:
+        return completion(f"The result is {json.loads(results[-1]['content'])['result']['value']}.")
+    refused = any("Guardrail:" in str(m.get("content")) for m in messages[2:] if m["role"] != "assistant")
+    if not taught and (refused or messages[1]["content"].startswith("What is (")):
+        return completion(tool_calls=[call("calculator", {"expression": expression})])
+    return completion(expression)
+
+
+def test_a_pick_whose_guardrail_alone_helps_is_revised_to_it_and_that_version_promoted(small_model):
+    small_model.responder = _misled_but_guarded
+    reviewer = cycle_reviewer("cycle-reviewer")
+    report = run_cycle(
+        families=["arithmetic"], mining_limit=24, held_out_limit=24, reviewer=reviewer, kinds=["guardrails"], out=print
+    )
+
+    whole, revised = [row for row in report["picked"] if row["pattern_kind"] != Strategy.PatternKind.INSIGHTS]
+    [guardrails] = report["kind_experiments"]
+    assert whole["decision"] != "promote" and whole["end"] == "revised"
+    assert (guardrails["kind"], guardrails["decision"], guardrails["losses"]) == ("guardrails", "promote", 0)
+    assert (revised["strategy"], revised["revised_from"], revised["alone"]) == (
+        whole["strategy"],
+        whole["experiment"],
+        "guardrails",
+    )
+    assert (revised["decision"], revised["end"], revised["guidance"]) == ("promote", "promoted", False)
+    # The promoted version is the one its own experiment tested: the guardrail alone, no guidance.
+    experiment = Experiment.objects.get(pk=revised["experiment"])
+    strategy = Strategy.objects.get(pk=whole["strategy"])
+    assert strategy.status == Strategy.Status.ACTIVE and experiment.strategy_version == strategy.current_version
+    version = strategy.current_version
+    assert version.number == 2 and version.new_guidance == "" and version.guardrails
+    assert version.guardrails == strategy.versions.get(number=1).guardrails
+    promotion = strategy.events.get(action=StrategyEvent.Action.PROMOTE)
+    assert promotion.snapshot["experiment"]["experiment"] == experiment.pk and promotion.actor == reviewer
+    actions = list(strategy.events.order_by("created_at", "pk").values_list("action", flat=True))
+    assert actions[-7:] == [
+        "experiment",
+        "experiment_end",
+        "edit",
+        "experiment",
+        "experiment_end",
+        "approve",
+        "promote",
+    ]
+    before, after = report["figures"]["before"]["arithmetic"], report["figures"]["after"]["arithmetic"]
+    assert after["strict_correct"] > before["strict_correct"]
+    assert "the pick was revised to it" in markdown(report)
+    _assert_figures_are_the_rows(report)

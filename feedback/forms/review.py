@@ -7,6 +7,7 @@ from django.utils.translation import gettext_lazy as _
 
 from feedback.agent.guardrails import check_guardrails
 from feedback.models import Run, ScoreConfig, ScoreValue, Task
+from feedback.models.strategy import NO_CONTENT
 from feedback.storable import validate_storable_json
 from feedback.strategies.conditions import check_condition
 
@@ -136,7 +137,13 @@ class StrategyEditForm(forms.Form):
     old_behaviour = forms.CharField(
         label=_("Old behaviour"), max_length=4000, required=False, widget=forms.Textarea(attrs={"rows": 2})
     )
-    new_guidance = forms.CharField(label=_("New guidance"), max_length=4000, widget=forms.Textarea(attrs={"rows": 3}))
+    new_guidance = forms.CharField(
+        label=_("New guidance"),
+        max_length=4000,
+        required=False,
+        help_text=_("May be empty when a guardrail or a worked example is the change."),
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
     condition = _JSONField(label=_("Applicable condition (JSON)"), max_length=4000, required=False)
     guardrails = _JSONField(label=_("Guardrails (JSON list)"), max_length=8000, required=False)
     worked_example = forms.CharField(
@@ -159,6 +166,13 @@ class StrategyEditForm(forms.Form):
         if problems:
             raise forms.ValidationError(problems)
         return value
+
+    def clean(self):
+        cleaned = super().clean()
+        content = ("new_guidance", "guardrails", "worked_example")
+        if not self.errors.keys() & set(content) and not any(cleaned.get(f) for f in content):
+            self.add_error("new_guidance", NO_CONTENT)
+        return cleaned
 
 
 class MiningScheduleForm(forms.Form):

@@ -109,6 +109,15 @@ class Strategy(models.Model):
         return status in self.TRANSITIONS[self.status]
 
     @property
+    def editable(self) -> bool:
+        """A proposal, or a strategy whose paired experiment has ended without taking it further:
+        a reviewer may revise it (drop the part that did not help) and test the new version. Not
+        while an experiment runs or a trial measures it: that test is of the version it started with."""
+        if self.status == self.Status.PROPOSED:
+            return True
+        return self.status == self.Status.EXPERIMENT and not self.experiments.filter(status="running").exists()
+
+    @property
     def mined_over(self) -> dict | None:
         """The window the latest mining of its pattern read: ``{"days": N, "since": datetime}``,
         or ``{"days": None, "since": None}`` for all history; None when no window was recorded
@@ -118,6 +127,9 @@ class Strategy(models.Model):
             return None
         since = summary.get("since")
         return {"days": summary["window_days"], "since": datetime.fromisoformat(since) if since else None}
+
+
+NO_CONTENT = _("A strategy needs guidance, a worked example or a guardrail: it would change nothing.")
 
 
 class StrategyVersion(models.Model):
@@ -130,7 +142,9 @@ class StrategyVersion(models.Model):
     title = models.CharField(_("title"), max_length=200, blank=True)
     pattern = models.TextField(_("pattern"))
     old_behaviour = models.TextField(_("old behaviour"), blank=True)
-    new_guidance = models.TextField(_("new guidance"))
+    # May be empty when the version acts otherwise (a guardrail, a worked example): a strategy's
+    # parts are measured one by one, and a version of its guardrail alone is one a reviewer may keep.
+    new_guidance = models.TextField(_("new guidance"), blank=True)
     # {"task_kinds": [...], "keywords": [...], "regex": "..."}; empty parts match everything.
     condition = StorableJSONField(_("applicable condition"), default=dict, blank=True)
     # [{"type": "tool_precondition", "tool": ..., "requires": ...}, ...] enforced by the engine.
@@ -158,9 +172,15 @@ class StrategyVersion(models.Model):
             "condition": check_condition(self.condition),
             "guardrails": check_guardrails(self.guardrails),
             "insights": check_insights(self.insights),
+            "new_guidance": [] if self.acts else [NO_CONTENT],
         }
         if any(errors.values()):
             raise ValidationError({field: problems for field, problems in errors.items() if problems})
+
+    @property
+    def acts(self) -> bool:
+        """Whether it changes what a run gets: guidance, a worked example, a guardrail or insights."""
+        return bool(self.new_guidance.strip() or self.worked_example.strip() or self.guardrails or self.insights)
 
     def snapshot(self) -> dict:
         return {

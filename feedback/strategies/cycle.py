@@ -52,9 +52,9 @@ from feedback.models import Dataset, DatasetItem, DatasetVersion, Experiment, Ru
 from feedback.services import task_submit
 
 from . import cycle_report, demo_report
-from .cycle_kinds import KINDS, insight_lists, pick, picked_versions
+from .cycle_kinds import KINDS, alone, insight_lists, pick, picked_versions, revisable
 from .proposals import mine_and_propose
-from .services import IllegalTransition, strategy_approve, strategy_promote, strategy_reject
+from .services import IllegalTransition, strategy_approve, strategy_edit, strategy_promote, strategy_reject
 
 # The families, by the task kind of their items, and the workload dataset of each (workloads.py).
 FAMILIES = {
@@ -329,16 +329,44 @@ def _run(cycle: Cycle) -> None:
                 out(f"  {kind}: no {name} in the picked strategies: nothing to measure")
                 continue
             cycle.experiment(kind, row, change_kind=change[0], change=change[1])
+    for row in list(picked):
+        _revise(cycle, row)
 
     cycle.stage("promotion", "strategy_promote where the experiment says promote, and only there")
     for row in picked:
-        _decide(cycle, row)
+        if row.get("end") != "revised":  # its revision is decided instead
+            _decide(cycle, row)
     cycle.stage("after", f"the held-out split again ({demo_report.live_text(demo_report.live_now())})")
     for kind in cycle.versions:
         cycle.run_items("after", kind, HELD_OUT, production=False)
     cycle_report.add_figures(report, "after")
     report["finished_at"] = timezone.now().isoformat()
     cycle.stage("done", "the report follows")
+
+
+def _revise(cycle: Cycle, row: dict) -> None:
+    """Where a pick's experiment did not say promote and one kind of it alone did, the reviewer
+    does what the review page offers: edits the strategy to that kind alone (a new version, a
+    proposal again) and tests the new version by its own experiment, on the same held-out items;
+    the promotion stage then decides on that verdict. The pick itself is left as revised."""
+    kind_row = revisable(row, cycle.report["kind_experiments"])
+    if kind_row is None:
+        return
+    strategy = Strategy.objects.select_related("current_version").get(pk=row["strategy"])
+    said = (
+        f"learning cycle: experiment #{row['experiment']} says {row['decision']} for the whole strategy, "
+        f"experiment #{kind_row['experiment']} says promote for its {kind_row['kind']} alone"
+    )
+    strategy_edit(
+        strategy=strategy, editor=cycle.reviewer, reason=said, **alone(strategy.current_version, kind_row["kind"])
+    )
+    strategy.refresh_from_db()
+    row["end"] = "revised"
+    revised = {"family": row["family"], **cycle_report.strategy_row(strategy), "revised_from": row["experiment"]}
+    revised |= {"applies_to": row["applies_to"], "held_out": row["held_out"], "alone": kind_row["kind"]}
+    cycle.out(f"  #{strategy.pk}: revised to its {kind_row['kind']} alone (v{strategy.current_version.number})")
+    cycle.report["picked"].append(revised)
+    cycle.experiment(row["family"], revised, change_kind="strategy", strategy=strategy)
 
 
 def _decide(cycle: Cycle, row: dict) -> None:

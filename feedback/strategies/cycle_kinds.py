@@ -49,6 +49,32 @@ KINDS: dict[str, Callable[[Sequence[StrategyVersion]], tuple[str, dict] | None]]
 }
 
 
+# The content of a version that keeps one kind and drops the others (``revise``).
+_PART = {"guidance": "new_guidance", "examples": "worked_example", "guardrails": "guardrails"}
+
+
+def alone(version: StrategyVersion, kind: str) -> dict:
+    """What strategy_edit is given to make a version of ``kind`` alone."""
+    content = {"new_guidance": "", "worked_example": "", "guardrails": []}
+    content[_PART[kind]] = getattr(version, _PART[kind])
+    return {**content, "title": f"{version.title or version.strategy.title} ({kind} alone)"}
+
+
+def revisable(row: dict, kind_rows: Sequence[dict]) -> dict | None:
+    """The kind experiment that says a pick not promoted should be revised: one kind alone, of that
+    strategy only, said "promote" (the best difference first); None when none did."""
+    if row["pattern_kind"] == Strategy.PatternKind.INSIGHTS or row.get("decision") == Experiment.Decision.PROMOTE:
+        return None
+    said = [
+        k
+        for k in kind_rows
+        if k["family"] == row["family"]
+        and k["strategies"] == [row["strategy"]]
+        and k.get("decision") == Experiment.Decision.PROMOTE
+    ]
+    return max(said, key=lambda k: k.get("difference") or 0, default=None)
+
+
 def insight_lists() -> list[Strategy]:
     """Every failure/success pair of the baseline compared (insights.py compares a bounded number
     a pass, as beat would over several passes), the insight lists proposed or updated."""

@@ -34,6 +34,7 @@ END_TEXT = {
     "rejected": "rejected: its experiment says reject",
     "not_promoted": "not promoted: its experiment did not say promote (left in its experiment stage for a reviewer)",
     "refused": "not promoted: the service refused",
+    "revised": "revised: one kind of it alone said promote, so that version was tested (below)",
 }
 
 
@@ -195,10 +196,13 @@ def markdown(report: dict) -> str:
     ]
     for row in report["picked"]:
         lines.append(_experiment_line(row, f"#{row['strategy']} {row['title']}", END_TEXT.get(row.get("end"), "—")))
+    revisions = {(r["revised_from"], r["alone"]) for r in report["picked"] if "revised_from" in r}
     for row in report["kind_experiments"]:
         then = (
             "nothing of that kind to measure"
             if row.get("experiment") is None
+            else "the pick was revised to it"
+            if any((e, row["kind"]) in revisions for e in _experiments_of(report, row))
             else "measured only (no strategy acts on it)"
         )
         lines.append(_experiment_line(row, f"{row['kind']} of #{', #'.join(map(str, row['strategies']))}", then))
@@ -213,6 +217,15 @@ def markdown(report: dict) -> str:
         "from production (never mined); the experiments' runs are in no figure above.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _experiments_of(report: dict, kind_row: dict) -> list[int]:
+    """The experiments of the picks a kind experiment took its part from."""
+    return [
+        r["experiment"]
+        for r in report["picked"]
+        if r["family"] == kind_row["family"] and r["strategy"] in kind_row["strategies"] and "experiment" in r
+    ]
 
 
 def _experiment_line(row: dict, change: str, then: str) -> str:

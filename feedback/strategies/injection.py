@@ -52,7 +52,7 @@ class Injection:
         if version.insights:
             # An insight list is its insights: its guidance only describes them to reviewers.
             self.insights.extend(item["text"] for item in insights_in_order(version.insights))
-        else:
+        elif version.new_guidance.strip():  # a version may act by its guardrails or example alone
             self.guidance.append(version.new_guidance)
         if version.worked_example:
             self.examples.append(version.worked_example)

@@ -30,6 +30,7 @@ from django.utils.translation import gettext as _
 
 from feedback.agent.guardrails import check_guardrails
 from feedback.models import Strategy, StrategyEvent, StrategyVersion
+from feedback.models.strategy import NO_CONTENT
 from feedback.storable import unstorable
 
 from .conditions import check_condition
@@ -287,9 +288,11 @@ EDITABLE_FIELDS = (
 
 
 def strategy_edit(*, strategy: Strategy, editor: AbstractBaseUser, reason: str = "", **content) -> StrategyVersion:
-    """A new version with the changed content; the old versions stay readable. Only a proposal
-    can be edited: changing a strategy on trial would spoil its experiment. The title is the
-    version's, and the strategy's title follows its current version."""
+    """A new version with the changed content; the old versions stay readable. Only a proposal,
+    or a strategy whose experiment has ended (``Strategy.editable``), can be edited: changing one
+    under test would spoil its test. A revised strategy is a proposal again, its new version to be
+    tested afresh: the ended experiment's verdict is its old version's (verdicts.py). The title is
+    the version's, and the strategy's title follows its current version."""
     _require(editor)
     unknown = set(content) - set(EDITABLE_FIELDS)
     if unknown:
@@ -301,8 +304,6 @@ def strategy_edit(*, strategy: Strategy, editor: AbstractBaseUser, reason: str =
         problems += check_condition(content["condition"])
     if "guardrails" in content:
         problems += check_guardrails(content["guardrails"])
-    if "new_guidance" in content and not str(content["new_guidance"]).strip():
-        problems.append("The guidance cannot be empty.")
     if "title" in content:
         content["title"] = str(content["title"]).strip()[:200]
         if not content["title"]:
@@ -311,8 +312,11 @@ def strategy_edit(*, strategy: Strategy, editor: AbstractBaseUser, reason: str =
         raise ValidationError(problems)
     with transaction.atomic():
         locked = Strategy.objects.select_for_update().get(pk=strategy.pk)
-        if locked.status != Strategy.Status.PROPOSED:
-            raise IllegalTransition("Only a proposed strategy can be edited.")
+        if not locked.editable:
+            raise IllegalTransition(
+                "Only a proposed strategy, or one whose experiment has ended, can be edited: "
+                f"this one is {locked.get_status_display().lower()}."
+            )
         current = locked.current_version
         base = {f: getattr(current, f) for f in EDITABLE_FIELDS} if current else {}
         # A version from before titles were versioned may have none: the strategy's is its title.
@@ -320,17 +324,15 @@ def strategy_edit(*, strategy: Strategy, editor: AbstractBaseUser, reason: str =
         base["insights"] = current.insights if current else []  # an insight list is kept as it is
         # After the newest, which may be newer than the current one (an insight update that waited).
         newest = locked.versions.order_by("-number").values_list("number", flat=True).first() or 0
-        version = StrategyVersion.objects.create(
-            strategy=locked,
-            number=newest + 1,
-            author=editor,
-            **{**base, **content},
-        )
-        locked.current_version = version
-        locked.title = version.title
-        locked.save(update_fields=["current_version", "title", "updated_at"])
+        version = StrategyVersion(strategy=locked, number=newest + 1, author=editor, **{**base, **content})
+        if not version.acts:
+            raise ValidationError([NO_CONTENT])
+        version.save()
+        before = locked.status
+        locked.current_version, locked.title, locked.status = version, version.title, Strategy.Status.PROPOSED
+        locked.save(update_fields=["current_version", "title", "status", "updated_at"])
         strategy_event_record(
-            strategy=locked, action=StrategyEvent.Action.EDIT, actor=editor, reason=reason, from_status=locked.status
+            strategy=locked, action=StrategyEvent.Action.EDIT, actor=editor, reason=reason, from_status=before
         )
     return version
 

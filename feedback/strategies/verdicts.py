@@ -62,9 +62,14 @@ _EXPERIMENT_RECOMMENDATIONS = {"promote": "promote", "reject": "roll_back", "und
 
 
 def experiment_verdict(strategy: Strategy) -> Verdict | None:
-    """The verdict of the strategy's latest paired experiment (feedback/experiments/): while it
-    runs, "collect more"; once ended, its frozen decision. None when it has had none."""
-    experiment = strategy.experiments.order_by("-created_at", "-pk").first()
+    """The verdict of the latest paired experiment of the strategy's current version
+    (feedback/experiments/): while it runs, "collect more"; once ended, its frozen decision. None
+    when it has had none: an earlier version's verdict is not this one's (a revised strategy)."""
+    experiment = (
+        strategy.experiments.filter(strategy_version_id=strategy.current_version_id)
+        .order_by("-created_at", "-pk")
+        .first()
+    )
     if experiment is None:
         return None
     if experiment.running:

@@ -123,7 +123,7 @@ def strategy_detail(request: HttpRequest, strategy_id: int) -> HttpResponse:
     strategy = selectors.strategy_detail(strategy_id)
     version = strategy.current_version
     edit_form = None
-    if version is not None and strategy.status == Strategy.Status.PROPOSED:
+    if version is not None and strategy.editable:
         initial = {f: getattr(version, f) for f in services.EDITABLE_FIELDS}
         initial["title"] = version.title or strategy.title
         initial |= {
