@@ -116,6 +116,8 @@ def test_calls_left_in_the_text_are_calls(endpoint):
     [
         ('{"name": "update_plan", "arguments": {steps: []}', "looks like a call of update_plan"),
         ('<tools><function name="calculator"></function></tools>', "wrote tool calls as text"),
+        # Run 7 on the local model: a tag named after the tool, which had become the run's answer.
+        ('<update_plan steps=[{"title": "Count lines", "status": "completed"}]}', "wrote tool calls as text"),
         ("functions.rm_rf:", "named a tool that is not offered"),
     ],
 )

@@ -89,6 +89,35 @@ def test_an_answer_that_quotes_a_phrase_of_the_instruction_is_the_answer(endpoin
     assert run_task().final_output == "I chose another way: the sum 2 + 2 is 4, so the answer is 4."
 
 
+def test_a_piece_of_a_correction_is_not_the_answer(endpoint):
+    # Run 7 on the local model (file analysis): told "Your reply wrote tool calls as text instead of
+    # making them: call tools, or answer in words.", it answered "call tools", and the run ended
+    # succeeded with that answer.
+    endpoint.script = [
+        completion('<tools><function name="calculator"></function></tools>'),
+        completion("call tools"),
+        completion("Four, exactly"),
+    ]
+    run = run_task()
+    assert error_classes(run) == ["MalformedReply", "EchoedInstruction"]
+    assert (run.status, run.final_output) == (Run.Status.SUCCEEDED, "Four, exactly")
+
+
+@pytest.mark.parametrize("answer", ["in words", "answer 4", "no such file"])
+def test_a_short_answer_is_an_answer_unless_it_is_a_piece_of_a_correction(endpoint, demo_workspace, answer):
+    # "in words" is a piece of the correction; "answer 4" has a figure; "no such file" a tool said.
+    endpoint.script = [
+        completion(tool_calls=[call("read_text_file", {"path": "release-notes.txt"})]),
+        completion('<tools><function name="calculator"></function></tools>'),
+        completion(answer),
+        completion("The file is missing."),
+    ]
+    run = summarise(demo_workspace)
+    echoed = answer == "in words"
+    assert run.final_output == ("The file is missing." if echoed else answer)
+    assert error_classes(run) == ["MalformedReply", "EchoedInstruction"][: 2 if echoed else 1]
+
+
 # --- 23.6: an answer reporting a tool's error is no echo -------------------------------------------
 def test_the_readmes_failing_example_is_answered_without_an_echo(demo_workspace):
     # The offline model misses docs/ and says it could not find the file, quoting the tool's error

@@ -213,9 +213,15 @@ def _failed_attempt(content: str, offered: set[str]) -> str:
             f"Your reply looks like a call of {start.group(1)} but is not valid JSON: call tools through "
             "the tool-calling format, or answer in words."
         )
-    if _PSEUDO_MARKUP.search(content):
+    if _PSEUDO_MARKUP.search(content) or _tool_tag(content, offered):
         return "Your reply wrote tool calls as text instead of making them: call tools, or answer in words."
     return ""
+
+
+def _tool_tag(content: str, offered: set[str]) -> bool:
+    """Whether the reply opens a tag named after an offered tool (``<update_plan steps=[...]>``):
+    a call in a markup of the model's own making, which no answer starts."""
+    return any(re.search(rf"<{re.escape(name)}\b", content) for name in offered)
 
 
 def tagged_tool_calls(content: str, *, turn_id: str) -> tuple[str, list[ToolCall]]:
