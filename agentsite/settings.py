@@ -332,10 +332,9 @@ STRATEGY_MIN_SUPPORT = env.int("STRATEGY_MIN_SUPPORT", default=5, ge=1)
 # there is no endpoint or it fails) or always the template ("template": a small local model
 # parrots the instructions it is given instead of generalising the evidence).
 STRATEGY_PROPOSAL_WRITER = env.str("STRATEGY_PROPOSAL_WRITER", default="model", choices=("model", "template"))
-# A run "failed" for mining when it failed or scored below this; "succeeded" at or above GOOD.
+# A run is "failing" for mining when it was not accomplished, failed, or, its outcome unknown (no
+# evidence decided it), scored below this; "succeeding" when it answered and was accomplished.
 STRATEGY_LOW_SCORE = env.float("STRATEGY_LOW_SCORE", default=0.7, ge=0, le=1)
-STRATEGY_GOOD_SCORE = env.float("STRATEGY_GOOD_SCORE", default=0.8, ge=0, le=1)
-env.require(STRATEGY_LOW_SCORE <= STRATEGY_GOOD_SCORE, "STRATEGY_LOW_SCORE must not be above STRATEGY_GOOD_SCORE.")
 # A pattern must be this much more frequent among failures than among successes.
 STRATEGY_MIN_LIFT = env.float("STRATEGY_MIN_LIFT", default=0.3, ge=0, le=1)
 STRATEGY_TRIAL_FRACTION = env.float("STRATEGY_TRIAL_FRACTION", default=0.5, ge=0.05, le=0.95)

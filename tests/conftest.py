@@ -72,7 +72,6 @@ def mining_thresholds(settings):
     settings.STRATEGY_MIN_SUPPORT = 5
     settings.STRATEGY_MIN_LIFT = 0.3
     settings.STRATEGY_LOW_SCORE = 0.5
-    settings.STRATEGY_GOOD_SCORE = 0.8
 
 
 def make_user(username: str, *groups: str, **extra):

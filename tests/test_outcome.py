@@ -109,7 +109,7 @@ def test_a_run_that_gives_up_is_in_the_review_queue_whatever_its_score(client, r
 
 def test_mining_counts_runs_that_give_up_as_failing_whatever_their_score(judge_server, settings):
     settings.STRATEGY_MIN_SUPPORT, settings.STRATEGY_MIN_LIFT = 5, 0.3
-    settings.STRATEGY_LOW_SCORE, settings.STRATEGY_GOOD_SCORE = 0.7, 0.8
+    settings.STRATEGY_LOW_SCORE = 0.7
     judge_server.score, judge_server.accomplished = 0.95, False
     gave_up = []
     for _ in range(6):
@@ -122,7 +122,7 @@ def test_mining_counts_runs_that_give_up_as_failing_whatever_their_score(judge_s
     judge_server.accomplished = True
     good = [evaluated(summary_run()) for _ in range(6)]
     assert all(r.score >= settings.STRATEGY_LOW_SCORE and r.outcome == "not_accomplished" for r in gave_up)
-    assert all(r.score >= settings.STRATEGY_GOOD_SCORE and r.outcome == "accomplished" for r in good)
+    assert all(r.score >= settings.STRATEGY_LOW_SCORE and r.outcome == "accomplished" for r in good)
 
     pattern = {p.key: p for p in mine(window_days=30)}["error_signature:file_analysis:release-notes-missing"]
     assert (pattern.failing_with, pattern.failing_total, pattern.succeeding_total) == (6, 6, 6)
@@ -253,7 +253,7 @@ def test_the_run_list_filters_and_shows_the_outcome(client, operator):
 @pytest.fixture
 def mining_thresholds(settings):
     settings.STRATEGY_MIN_SUPPORT, settings.STRATEGY_MIN_LIFT = 5, 0.3
-    settings.STRATEGY_LOW_SCORE, settings.STRATEGY_GOOD_SCORE = 0.5, 0.8
+    settings.STRATEGY_LOW_SCORE = 0.5
 
 
 def _failing_history(*, n: int, days_ago: int, tag: str) -> list[Run]:

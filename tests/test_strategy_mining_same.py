@@ -110,7 +110,7 @@ def _history(seed: int, runs: int = 260) -> None:
                     step("tool_call", "list_directory", call_id="call_2")
         for evaluator, ekind in (("judge", "judge"), ("rule", "rule"), ("human", "human")):
             if rng.random() < 0.7:
-                low = bad or rng.random() < 0.2
+                low = bad or rng.random() < 0.15
                 evaluations.append(
                     Evaluation(
                         run=run, evaluator=evaluator, kind=ekind, author=reviewer if ekind == "human" else None,
@@ -146,7 +146,7 @@ def _found(window_days: int | None, now) -> list[dict]:
 @pytest.mark.parametrize(("support", "lift"), [(3, 0.1), (5, 0.3)])
 def test_it_finds_the_stored_patterns(settings, monkeypatch, seed, support, lift):
     settings.STRATEGY_MIN_SUPPORT, settings.STRATEGY_MIN_LIFT = support, lift
-    settings.STRATEGY_LOW_SCORE, settings.STRATEGY_GOOD_SCORE = 0.5, 0.8
+    settings.STRATEGY_LOW_SCORE = 0.5
     _history(seed)
     now = timezone.now()
     monkeypatch.setattr(timezone, "now", lambda: now)  # the window and the snapshot's times agree

@@ -17,7 +17,6 @@ import json
 import re
 from collections.abc import Iterable
 
-from django.conf import settings
 from django.db.models import Case, Count, IntegerField, Value, When
 
 from feedback.models import Run, Step
@@ -62,7 +61,6 @@ def worked_example(task_kind: str, tool: str = "", model_name: str = "") -> str:
             task_kind=task_kind,
             status=Run.Status.SUCCEEDED,
             outcome=Run.Outcome.ACCOMPLISHED,
-            score__gte=settings.STRATEGY_GOOD_SCORE,
             purpose=Run.Purpose.PRODUCTION,
         )
         .exclude(steps__success=False)

@@ -2,8 +2,11 @@
 
 A run is **failing** when its task was not accomplished (its outcome, decided by the
 evaluators: an answer that gives up is failing even with a high score and no expected answer),
-when it failed, or when it scored below STRATEGY_LOW_SCORE; it is **succeeding** when it
-answered, its task was accomplished and it scored at least STRATEGY_GOOD_SCORE.
+when it failed, or, where nothing decided its outcome (unknown), when it scored below
+STRATEGY_LOW_SCORE; it is **succeeding** when it answered and its task was accomplished. The
+outcome is evidence (a checker, a reference, a configured judge or a person); the score mixes in
+heuristics, so it never overrules an outcome: a right answer the heuristic judge scored low is a
+success.
 
 The window is explicit: ``mine(window_days=N)`` reads the runs created in the last N days,
 ``mine(window_days=None)`` every run ever recorded; there is no default, so each caller says
@@ -156,8 +159,10 @@ def _error_signatures(since, totals) -> list[Pattern]:
 
 
 # What _failing() and _succeeding() say, for the raw SQL below (r is the run).
-_FAILING_SQL = "(r.outcome = %(not_accomplished)s OR r.status = %(failed)s OR r.score < %(low)s)"
-_SUCCEEDING_SQL = "(r.status = %(succeeded)s AND r.outcome = %(accomplished)s AND r.score >= %(good)s)"
+_FAILING_SQL = (
+    "(r.outcome = %(not_accomplished)s OR r.status = %(failed)s OR (r.outcome = %(unknown)s AND r.score < %(low)s))"
+)
+_SUCCEEDING_SQL = "(r.status = %(succeeded)s AND r.outcome = %(accomplished)s)"
 
 # Raw SQL: the bigrams come from a window function (LAG), and the ORM cannot group or count over
 # a window function's value. One ordered pass: the step_mining_calls index gives the window's
@@ -198,8 +203,8 @@ def _sql_params(since) -> dict:
         "succeeded": Run.Status.SUCCEEDED,
         "not_accomplished": Run.Outcome.NOT_ACCOMPLISHED,
         "accomplished": Run.Outcome.ACCOMPLISHED,
+        "unknown": Run.Outcome.UNKNOWN,
         "low": settings.STRATEGY_LOW_SCORE,
-        "good": settings.STRATEGY_GOOD_SCORE,
         "since": since,
         "support": settings.STRATEGY_MIN_SUPPORT,
     }

@@ -101,22 +101,20 @@ def _pattern(
     return Pattern(kind, key, task_kind, failing, failing_total, succeeding, succeeding_total, details)
 
 
+# The outcome is evidence (a checker, a reference, a configured judge or a person: evaluation/
+# chain.py); the score mixes in heuristics, so it decides only where the outcome is unknown. A
+# right answer the heuristic judge scored low (a short "7" for "how many lines") is a success to
+# learn from, never a failure to mine.
 def _failing(prefix: str = "") -> Q:
     return (
         Q(**{f"{prefix}outcome": Run.Outcome.NOT_ACCOMPLISHED})
         | Q(**{f"{prefix}status": Run.Status.FAILED})
-        | Q(**{f"{prefix}score__lt": settings.STRATEGY_LOW_SCORE})
+        | Q(**{f"{prefix}outcome": Run.Outcome.UNKNOWN, f"{prefix}score__lt": settings.STRATEGY_LOW_SCORE})
     )
 
 
 def _succeeding(prefix: str = "") -> Q:
-    return Q(
-        **{
-            f"{prefix}status": Run.Status.SUCCEEDED,
-            f"{prefix}outcome": Run.Outcome.ACCOMPLISHED,
-            f"{prefix}score__gte": settings.STRATEGY_GOOD_SCORE,
-        }
-    )
+    return Q(**{f"{prefix}status": Run.Status.SUCCEEDED, f"{prefix}outcome": Run.Outcome.ACCOMPLISHED})
 
 
 def _counted(prefix: str = "") -> Q:
