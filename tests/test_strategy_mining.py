@@ -43,6 +43,25 @@ def test_it_finds_the_planted_patterns_with_their_evidence():
     assert "task_keywords:file_analysis:summarise" not in patterns
 
 
+def test_the_outcome_decides_success_and_the_score_only_where_the_outcome_is_unknown():
+    # Run 7 on the local model: right answers (the checker said so) that the heuristic judge scored
+    # 0.6 were mined as failures, so the cycle after it had no success to learn from.
+    def missing(**fields):
+        return add_run(calls=[("read_text_file", "No such file"), ("list_directory", "")], **fields)
+
+    for _ in range(6):
+        missing(score=0.3, outcome="not_accomplished")
+    right_but_scored_low = [missing(score=0.3, outcome="accomplished") for _ in range(3)]
+    unknown_and_scored_low = [missing(score=0.3, outcome="unknown") for _ in range(2)]
+    for _ in range(6):
+        add_run(score=0.9, calls=[("read_text_file", "")])
+    error = {p.key: p for p in mine(window_days=30)}["error_signature:file_analysis:sig-read_text_file-No such fi"]
+    assert (error.failing_with, error.failing_total) == (8, 8)  # 6 not accomplished, 2 unknown and low
+    assert (error.succeeding_with, error.succeeding_total) == (3, 9)  # the 3 right ones are successes
+    assert not {r.pk for r in right_but_scored_low} & set(error.evidence)
+    assert {r.pk for r in unknown_and_scored_low} <= set(error.evidence)
+
+
 def test_it_finds_nothing_in_noise():
     noise_history()
     assert mine(window_days=30) == []
