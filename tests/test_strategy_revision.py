@@ -2,6 +2,8 @@
 helped (a guardrail alone, no guidance) as a new version, which is a proposal again and is tested
 afresh; the old version's verdict never promotes the new one."""
 
+import json
+
 import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
@@ -90,8 +92,7 @@ def test_the_review_page_offers_the_revision_and_keeps_what_was_typed(client, re
     assert response.status_code == 400 and "would change nothing" in html and "Resolve &lt;paths&gt;" in html
     assert strategy.versions.count() == 1
 
-    data["guardrails"] = '[{"type": "parameter_rule", "tool": "analyze_text", "param": "text", ' \
-        '"action": "file_name_as_path"}]'  # fmt: skip
+    data["guardrails"] = json.dumps([GUARDRAIL])
     response = client.post(url, data, follow=True)
     html = response.content.decode()
     assert "Saved as version 2." in html and 'id="guidance">—</dd>' in html

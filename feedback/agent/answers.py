@@ -58,10 +58,11 @@ def echoes_instruction(reply: str, steps: list[Step]) -> bool:
     if not told:
         return False
     quoted = _quoted(steps)
-    said = _trigrams(reply) - quoted
-    if len(_trigrams(reply)) < 3:
+    trigrams = _trigrams(reply)
+    if len(trigrams) < 3:
         corrections = [s.thought for s in steps if s.kind == Step.Kind.MODEL_ERROR and s.thought]
         return _fragment_of(reply, corrections, steps)
+    said = trigrams - quoted
     return len(said) >= 3 and any(len(said & (_trigrams(t) - quoted)) >= 0.6 * len(said) for t in told)
 
 
@@ -71,10 +72,10 @@ def _fragment_of(reply: str, told: list[str], steps: list[Step]) -> bool:
     of the instruction, not an answer. Only the corrections, the runtime's own sentences: a
     reflection quotes the tools (a file's name, a hint) that a short answer may rightly name; and
     what the runtime quoted of a failed call (its error, its arguments) is a report."""
-    words = _WORD.findall(reply.lower())
+    piece = _spaced(reply)
+    words = piece.split()
     if len(words) < 2 or any(w.isdigit() for w in words):
         return False
-    piece = _spaced(reply)
     failed = [s for s in steps if s.kind == Step.Kind.TOOL_CALL and s.success is False]
     if any(piece in _spaced(s.error) or piece in _spaced(_text(s.arguments)) for s in failed):
         return False

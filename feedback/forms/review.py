@@ -7,7 +7,6 @@ from django.utils.translation import gettext_lazy as _
 
 from feedback.agent.guardrails import check_guardrails
 from feedback.models import Run, ScoreConfig, ScoreValue, Task
-from feedback.models.strategy import NO_CONTENT
 from feedback.storable import validate_storable_json
 from feedback.strategies.conditions import check_condition
 
@@ -166,13 +165,6 @@ class StrategyEditForm(forms.Form):
         if problems:
             raise forms.ValidationError(problems)
         return value
-
-    def clean(self):
-        cleaned = super().clean()
-        content = ("new_guidance", "guardrails", "worked_example")
-        if not self.errors.keys() & set(content) and not any(cleaned.get(f) for f in content):
-            self.add_error("new_guidance", NO_CONTENT)
-        return cleaned
 
 
 class MiningScheduleForm(forms.Form):

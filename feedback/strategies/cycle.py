@@ -361,7 +361,7 @@ def _revise(cycle: Cycle, row: dict) -> None:
         strategy=strategy, editor=cycle.reviewer, reason=said, **alone(strategy.current_version, kind_row["kind"])
     )
     strategy.refresh_from_db()
-    row["end"] = "revised"
+    row["end"], kind_row["revised"] = "revised", True
     revised = {"family": row["family"], **cycle_report.strategy_row(strategy), "revised_from": row["experiment"]}
     revised |= {"applies_to": row["applies_to"], "held_out": row["held_out"], "alone": kind_row["kind"]}
     cycle.out(f"  #{strategy.pk}: revised to its {kind_row['kind']} alone (v{strategy.current_version.number})")

@@ -196,13 +196,12 @@ def markdown(report: dict) -> str:
     ]
     for row in report["picked"]:
         lines.append(_experiment_line(row, f"#{row['strategy']} {row['title']}", END_TEXT.get(row.get("end"), "—")))
-    revisions = {(r["revised_from"], r["alone"]) for r in report["picked"] if "revised_from" in r}
     for row in report["kind_experiments"]:
         then = (
             "nothing of that kind to measure"
             if row.get("experiment") is None
             else "the pick was revised to it"
-            if any((e, row["kind"]) in revisions for e in _experiments_of(report, row))
+            if row.get("revised")
             else "measured only (no strategy acts on it)"
         )
         lines.append(_experiment_line(row, f"{row['kind']} of #{', #'.join(map(str, row['strategies']))}", then))
@@ -217,15 +216,6 @@ def markdown(report: dict) -> str:
         "from production (never mined); the experiments' runs are in no figure above.",
     ]
     return "\n".join(lines) + "\n"
-
-
-def _experiments_of(report: dict, kind_row: dict) -> list[int]:
-    """The experiments of the picks a kind experiment took its part from."""
-    return [
-        r["experiment"]
-        for r in report["picked"]
-        if r["family"] == kind_row["family"] and r["strategy"] in kind_row["strategies"] and "experiment" in r
-    ]
 
 
 def _experiment_line(row: dict, change: str, then: str) -> str:
