@@ -51,6 +51,17 @@ def test_naming_a_file_not_chosen_is_not_accomplished_as_the_checker_says(inbox,
     assert check(item, answer).passed is accomplished
 
 
+def test_the_feedback_names_the_files_it_should_not_have_chosen(inbox):
+    # All the expected ones are there, and the verdict is still "not accomplished": the reader is
+    # told why, not "all expected labels present".
+    verdict = _verdict(inbox, "001-alice, 003-carol", "Urgent: 001-alice, 002-bob, 003-carol and 004-dan.")
+    assert not verdict.accomplished
+    assert verdict.feedback == "Also names 002-bob, 004-dan, which should not be named."
+    missing = _verdict(inbox, "001-alice, 003-carol", "Urgent: 001-alice and 002-bob.")
+    assert missing.feedback == "Missing labels: 003-carol. Also names 002-bob, which should not be named."
+    assert _verdict(inbox, "002-bob", "Only 002-bob is urgent.").feedback == "All expected labels present."
+
+
 def test_the_choices_are_the_files_of_the_chosen_ones_folders(inbox):
     task = Task.objects.create(text="t", kind="email_triage", workspace=inbox, expected_answer="001-alice, 004-dan")
     run = Run(task=task)

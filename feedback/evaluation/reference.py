@@ -193,6 +193,9 @@ def _compare_labels(expected: str, output: str, config: dict, task: str = "") ->
         return 0.0, "The answer only echoes the task.", details
     missing = sorted(label for label in wanted if reading.said(label).how == "absent")
     parts = ["Missing labels: " + ", ".join(missing) + "."] if missing else []
+    # Said so, or a reader sees "all expected labels present" beside a score below 1.
+    wrong = sorted(label for label in details.get("predicted", []) if label not in wanted and label not in rivals_said)
+    parts += [f"Also names {', '.join(wrong)}, which should not be named."] if wrong else []
     parts += [note[0].upper() + note[1:] + "." for note in notes]
     return score, " ".join(parts) or "All expected labels present.", details
 
