@@ -12,6 +12,13 @@ from .reading import Reading, Said, unsaid
 
 _LABEL_SEPARATORS = re.compile(r"[,;\n|]+")
 
+# What kind of shortfall a verdict below 1 is (``details["shortfall"]``): a few fixed phrases,
+# where the feedback names this answer's own labels and numbers. Mining groups the reference's
+# verdicts by it (strategies/mining.py): the feedback's words differ from item to item.
+ECHO_FEEDBACK = "The answer only echoes the task."
+ECHOES = "only echoes the task"
+OVERREACH = "names labels it should not"
+
 
 def expected_labels(expected: str) -> list[str]:
     """The labels an expected answer lists (comma, semicolon, bar or line separated)."""
@@ -143,7 +150,7 @@ def _compare_numeric(expected: str, output: str, config: dict, task: str = "") -
         aside = f" ({target:g} appears too, but is not what it concludes)" if any(map(right, values)) else ""
         return 0.0, f"The answer concludes {values[concluded]:g}, not the expected {target:g}{aside}.", details
     if reading.only_echoes:
-        return 0.0, "The answer only echoes the task.", details
+        return 0.0, ECHO_FEEDBACK, details
     has = ", ".join(f"{v:g}" for v in values) or "no numbers of its own"
     reasons = [f"{target:g} is negated: “{negation}”"] if negation else []
     if echoed:
@@ -190,13 +197,17 @@ def _compare_labels(expected: str, output: str, config: dict, task: str = "") ->
     else:
         score = true_positive / len(wanted)
     if not present and reading.only_echoes:
-        return 0.0, "The answer only echoes the task.", details
+        return 0.0, ECHO_FEEDBACK, details
     missing = sorted(label for label in wanted if reading.said(label).how == "absent")
     parts = ["Missing labels: " + ", ".join(missing) + "."] if missing else []
     # Said so, or a reader sees "all expected labels present" beside a score below 1.
     wrong = sorted(label for label in details.get("predicted", []) if label not in wanted and label not in rivals_said)
     parts += [f"Also names {', '.join(wrong)}, which should not be named."] if wrong else []
     parts += [note[0].upper() + note[1:] + "." for note in notes]
+    if wrong:
+        details["shortfall"] = OVERREACH
+    elif missing:
+        details["shortfall"] = "leaves out expected labels"
     return score, " ".join(parts) or "All expected labels present.", details
 
 
@@ -214,7 +225,7 @@ def _compare_regex(expected: str, output: str, config: dict, task: str = "") -> 
         return 1.0, f"The answer matches /{pattern}/.", {"match": own.group(0)[:200]}
     if matches:
         if reading.only_echoes:
-            return 0.0, "The answer only echoes the task.", {"match": matches[0].group(0)[:200]}
+            return 0.0, ECHO_FEEDBACK, {"match": matches[0].group(0)[:200]}
         return 0.0, f"The answer matches /{pattern}/ only where it repeats the task.", {}
     return 0.0, f"The answer does not match /{pattern}/.", {}
 
@@ -242,7 +253,7 @@ def _compare_normalised(expected: str, output: str, config: dict, task: str = ""
             return 0.5, f"The answer says “{want}” but also says {others}, which contradicts “{want}”.", details
         return 1.0, "The answer contains the expected answer.", details
     if reading.only_echoes:
-        return 0.0, "The answer only echoes the task.", details
+        return 0.0, ECHO_FEEDBACK, details
     reasons = ([unsaid(want, said)] if said.how != "absent" else []) + _contradicted(want, said, rivals)
     if not reasons:
         return 0.0, "The answer does not contain the expected answer.", details
@@ -298,4 +309,6 @@ def reference_evaluator(run: Run, config: dict) -> Verdict | None:
     if compare is None:
         raise EvaluatorError(f"Unknown reference mode {mode!r}; use one of {', '.join(COMPARISONS)}.")
     score, feedback, details = compare(expected, run.final_output or "", config, run.task.text or "")
+    if score < 1.0:
+        details.setdefault("shortfall", ECHOES if feedback == ECHO_FEEDBACK else "does not give the expected answer")
     return Verdict(score=score, feedback=feedback, details={"mode": mode, **details}, accomplished=score >= 1.0)

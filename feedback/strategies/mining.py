@@ -22,7 +22,9 @@ Five kinds of pattern, each counted in the database over the window (never by lo
   reply mode;
 - a tool-call sequence (a bigram of consecutive calls) present in failures, absent in successes;
 - a task kind + keyword of the task text over-represented among failures;
-- an evaluator's feedback recurring on low scores.
+- an evaluator's feedback recurring on low scores (by its first words, or, where the evaluator
+  names the kind of shortfall, by that: the reference's feedback names each answer's own labels
+  and numbers, so no two items' feedback read alike).
 
 A pattern is kept when at least STRATEGY_MIN_SUPPORT failing runs show it and its share among
 failing runs exceeds its share among succeeding runs by STRATEGY_MIN_LIFT: the contrast with
@@ -36,8 +38,9 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import BooleanField, Count, ExpressionWrapper, Min, Q, QuerySet
-from django.db.models.functions import Substr
+from django.db.models import BooleanField, Count, Exists, ExpressionWrapper, Min, OuterRef, Q, QuerySet, TextField
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce, Substr
 from django.utils import timezone
 
 from feedback.models import Evaluation, Run, Step
@@ -241,17 +244,29 @@ def _failed_share(run_ids: list[int], tool: str) -> float:
     return round(counts["failed"] / max(1, counts["total"]), 3)
 
 
+# An evaluation's gist: the kind of shortfall its evaluator names (reference.py), or else the
+# first words of its feedback; an evaluation says it when it names that shortfall or its
+# feedback begins with those words.
+_GIST = Coalesce(KT("details__shortfall"), Substr("feedback", 1, 120), output_field=TextField())
+
+
+def _says(gist: str) -> Q:
+    return Q(details__shortfall=gist) | Q(feedback__startswith=gist)
+
+
 def _feedback(since, totals) -> list[Pattern]:
     evaluations = _grouped_evaluations(since)
     rows = list(
         evaluations.filter(status=Evaluation.Status.OK)
         .exclude(kind=Evaluation.Kind.HUMAN)
-        .filter(score__lt=settings.STRATEGY_LOW_SCORE)
+        # What it said of a failing run: a low score, or "not accomplished" at any score (the
+        # reference's half-right triage, 0.5, is a verdict all the same).
+        .filter(Q(score__lt=settings.STRATEGY_LOW_SCORE) | Q(accomplished=False))
         # Only the failing runs count here: the others are left out before the grouping.
         .filter(_failing("run__"))
-        .annotate(gist=Substr("feedback", 1, 120))
+        .annotate(gist=_GIST)
         .values("evaluator", "kind", "gist", "run__task_kind")
-        .annotate(failing=Count("run", distinct=True))
+        .annotate(failing=Count("run", distinct=True), example=Min("feedback"))
         .filter(failing__gte=settings.STRATEGY_MIN_SUPPORT)
     )
     # The succeeding runs whose evaluation by the same evaluator says the same (at any score),
@@ -259,8 +274,7 @@ def _feedback(since, totals) -> list[Pattern]:
     succeeding = {}
     if rows:
         same = {
-            f"group_{i}": Q(run__task_kind=row["run__task_kind"], evaluator=row["evaluator"])
-            & Q(feedback__startswith=row["gist"])
+            f"group_{i}": Q(run__task_kind=row["run__task_kind"], evaluator=row["evaluator"]) & _says(row["gist"])
             for i, row in enumerate(rows)
         }
         succeeding = evaluations.filter(
@@ -278,11 +292,13 @@ def _feedback(since, totals) -> list[Pattern]:
             totals,
             {"evaluator": row["evaluator"], "evaluator_kind": row["kind"], "feedback": row["gist"]},
         )
+        if not row["example"].startswith(row["gist"]):  # a kind of shortfall: one of its feedbacks
+            pattern.details["example_feedback"] = row["example"]
         if _keep(pattern):
+            said = Evaluation.objects.filter(_says(row["gist"]), run=OuterRef("pk"), evaluator=row["evaluator"])
             pattern.evidence = list(
                 _window_runs(since)
-                .filter(_failing(), task_kind=kind)
-                .filter(evaluations__evaluator=row["evaluator"], evaluations__feedback__startswith=row["gist"])
+                .filter(_failing(), Exists(said), task_kind=kind)
                 .values_list("pk", flat=True)
                 .distinct()
                 .order_by("pk")[:EVIDENCE_LIMIT]

@@ -48,6 +48,16 @@ _FEEDBACK_CATEGORIES = (
         "In {kind} tasks, name in the final answer each item the task asks about, in the task's own words.",
     ),
 )
+# The reference's shortfall of naming what the task's criterion leaves out (evaluation/reference.py
+# OVERREACH: a triage that flags every email names the urgent ones too), apart from its others.
+_FEEDBACK_OVERREACH = (
+    "overreach",
+    re.compile(r"names labels it should not|should not be named", re.I),
+    "answers name items that do not qualify",
+    "Final answers name items the task's criterion leaves out, besides or instead of those it picks.",
+    "In {kind} tasks, name only the items that meet the task's criterion: read each candidate, decide for "
+    "each one whether it meets it, and leave out those that do not. Naming every candidate is a wrong answer.",
+)
 _FEEDBACK_OTHER = (
     "other",
     None,
@@ -60,7 +70,7 @@ _FEEDBACK_OTHER = (
 
 def feedback_category(evaluator_kind: str, feedback: str) -> tuple:
     if evaluator_kind == "reference":
-        return _FEEDBACK_CATEGORIES[1]
+        return _FEEDBACK_OVERREACH if _FEEDBACK_OVERREACH[1].search(feedback) else _FEEDBACK_CATEGORIES[1]
     return next((c for c in _FEEDBACK_CATEGORIES if c[1].search(feedback)), _FEEDBACK_OTHER)
 
 
