@@ -12,6 +12,24 @@ def test_numeric_finds_the_figure_in_prose():
     assert not check(item("numeric", 42), "The expression is 40 + 3 = 43.").passed
 
 
+# Issue 25: a small model's narrated plan ("1. List the files ... 4. Count the urgent emails.")
+# passed "how many are urgent?" as 4, and the learning cycle counted it a right answer.
+PLAN = (
+    "To count the urgent emails, I'll follow these steps:\n1. List all files in inbox/.\n"
+    "2. Read each file.\n  3) Decide whether it is urgent.\n- 4. Count the urgent emails.\n\nLet's proceed."
+)
+
+
+def test_numeric_reads_no_figure_in_a_list_items_number():
+    for n in (1, 2, 3, 4):
+        assert not check(item("numeric", n), PLAN).passed
+    assert check(item("numeric", n), PLAN).detail == "No number in the answer."
+    # A figure the answer states in a list, or alone on its last line, still counts.
+    assert check(item("numeric", 2), "Read them all:\n1. 001-ana is urgent\n2. 003-chen is urgent\nTotal: 2").passed
+    assert check(item("numeric", 3), "Urgent emails:\n3.").passed
+    assert check(item("numeric", 1.5), "1.5 kg of flour").passed
+
+
 def test_numeric_tolerance_and_thousands():
     assert check(item("numeric", 1234.5), "It comes to 1,234.5 euros.").passed
     assert check(item("numeric", 3.14159, tolerance=0.01), "About 3.14").passed

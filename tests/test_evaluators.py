@@ -112,6 +112,17 @@ class TestReferenceEvaluator:
         verdict = reference_evaluator(run, {"mode": "auto", "tolerance": 1e-6})
         assert verdict.score == 1.0 and verdict.details["mode"] == "numeric"
 
+    def test_a_list_items_number_is_no_figure_the_answer_states(self):
+        plan = "I'll follow these steps:\n1. List the files.\n2. Read each one.\n3. Count the urgent ones."
+        for expected in ("1", "2", "3"):
+            run = make_finished_run(output=plan, expected_answer=expected)
+            verdict = reference_evaluator(run, {})
+            assert verdict.score == 0.0 and verdict.details["own"] == [], verdict
+        run = make_finished_run(
+            output="Steps:\n1. Read the emails.\n2. Two are urgent: the answer is 2", expected_answer="2"
+        )
+        assert reference_evaluator(run, {}).score == 1.0
+
     def test_numeric_wrong(self):
         run = make_finished_run(output="The result is 80.", expected_answer="79")
         assert reference_evaluator(run, {}).score == 0.0

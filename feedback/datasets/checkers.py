@@ -10,6 +10,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 
 from feedback import saferegex
+from feedback.evaluation.evaluators import list_markers
 
 # A number in prose: 1,234.5 / -3 / 2.5e3 / 12% (thousands separators dropped).
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -23,8 +24,11 @@ class CheckResult:
 
 
 def numbers_in(answer: str) -> list[float]:
-    found = []
+    """The figures of ``answer``, without its list items' numbers ("1. List the files")."""
+    found, markers = [], list_markers(answer)
     for match in _NUMBER.finditer(answer):
+        if match.start() in markers:
+            continue
         try:
             found.append(float(match.group().replace(",", "")))
         except ValueError:

@@ -19,6 +19,15 @@ from feedback.models import Evaluation, Run
 
 # Public: the reference evaluator finds the numbers of an answer with it too (reference.py).
 NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+# A list item's number ("1. List the files", "- 2) Read each one"): at the start of a line, with a
+# period or a bracket and the item's text after it on that line. It numbers the list, it is no
+# figure the answer states: a plan narrated in numbered steps is not a count of 4 (issue 25).
+LIST_MARKER = re.compile(r"(?m)^[ \t]*(?:[-*•][ \t]*)?(\d{1,3})[.)][ \t]+\S")
+
+
+def list_markers(text: str) -> set[int]:
+    """Where the list items' numbers of ``text`` start."""
+    return {match.start(1) for match in LIST_MARKER.finditer(text)}
 
 
 @dataclass

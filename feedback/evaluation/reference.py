@@ -7,7 +7,7 @@ from typing import Any
 from feedback import saferegex
 from feedback.models import Run
 
-from .evaluators import NUMBER, EvaluatorError, Verdict, normalise, numbers_in
+from .evaluators import NUMBER, EvaluatorError, Verdict, list_markers, normalise, numbers_in
 from .reading import Reading, Said, unsaid
 
 _LABEL_SEPARATORS = re.compile(r"[,;\n|]+")
@@ -102,7 +102,10 @@ def _compare_numeric(expected: str, output: str, config: dict, task: str = "") -
     text = reading.text
     own: list[re.Match] = []
     echoed, negation = False, ""
+    markers = list_markers(text)
     for found in NUMBER.finditer(text):
+        if found.start() in markers:
+            continue
         if reading.echoed(*found.span()):
             echoed = echoed or right(float(found.group(0).replace(",", "")))
         elif words := reading.negation(*found.span(), nil_after=False):
