@@ -107,6 +107,29 @@ def test_calls_left_in_the_text_are_calls(endpoint):
     )
     fenced = _reply(endpoint, completion('```json\n{"name": "calculator", "arguments": {"expression": "3*3"}}\n```'))
     assert [c.name for c in fenced.tool_calls] == ["calculator"] and fenced.content == ""
+    # Run 9 on the local model: a plan narrated around its calls, each in a code block, had ended
+    # the triage as its answer.
+    narrated = _reply(
+        endpoint,
+        completion(
+            "I'll follow these steps:\n1. Count the words.\n2. Add them up.\n\n```json\n"
+            '{"name": "analyze_text", "arguments": {"path": "inbox/001.txt"}}\n```\n\nThen:\n```json\n'
+            '{\n  "name": "calculator",\n  "arguments": {"expression": "3+4"}\n}\n```\n'
+            "After adding them up, I'll give the final answer."
+        ),
+    )
+    assert [(c.name, json.loads(c.arguments)) for c in narrated.tool_calls] == [
+        ("analyze_text", {"path": "inbox/001.txt"}),
+        ("calculator", {"expression": "3+4"}),
+    ]
+    assert narrated.content.startswith("I'll follow these steps:") and "```" not in narrated.content
+    # Code blocks that are not all calls of offered tools leave the reply an answer.
+    for text in (
+        'The result:\n```json\n{"total": 4}\n```',
+        'Try:\n```json\n{"name": "rm_rf", "arguments": {}}\n```',
+    ):
+        answer = _reply(endpoint, completion(text))
+        assert answer.tool_calls == [] and answer.content == text
     not_a_tool = _reply(endpoint, completion('{"name": "the answer", "arguments": "none"}'))
     assert not_a_tool.tool_calls == [] and not not_a_tool.unusable  # an (odd) answer
 

@@ -165,6 +165,8 @@ _TAGGED_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 # Text meant as a call that is none: pseudo-markup, or a call's JSON that does not parse.
 _PSEUDO_MARKUP = re.compile(r"<(?:tools|function|tool_call)\b", re.I)
 _CALL_START = re.compile(r'\{\s*"name"\s*:\s*"([^"]+)"')
+# A call in a Markdown code block inside prose ("Let's start: ```json {"name": ...} ```").
+_FENCED_BLOCK = re.compile(r"```(?:json)?[ \t]*\n?(.*?)```", re.S | re.I)
 
 
 def _json_arguments(arguments: Any) -> str:
@@ -180,6 +182,8 @@ def _calls_in_text(reply: LLMReply, tools: list[dict[str, Any]], *, turn_id: str
     content, calls = reply.content, []
     if _TAGGED_CALL.search(content):
         content, calls = tagged_tool_calls(content, turn_id=turn_id)
+    elif (fenced := _fenced_calls(content, offered, turn_id=turn_id)) is not None:
+        content, calls = fenced
     else:
         try:
             data = json.loads(_FENCE.sub("", content.strip()))
@@ -203,6 +207,24 @@ def _calls_in_text(reply: LLMReply, tools: list[dict[str, Any]], *, turn_id: str
         tokens_in=reply.tokens_in,
         tokens_out=reply.tokens_out,
     )
+
+
+def _fenced_calls(content: str, offered: set[str], *, turn_id: str) -> tuple[str, list[ToolCall]] | None:
+    """The calls of a reply that narrates them in prose, each in a code block of its own, and the
+    prose around them (its thought); None unless every code block is a call of an offered tool. A
+    small model plans this way ("1. List the files... ```json {"name": "list_directory", ...}```"):
+    taken for its answer, the plan ended the run."""
+    blocks = list(_FENCED_BLOCK.finditer(content))
+    calls = []
+    for i, block in enumerate(blocks):
+        try:
+            data = json.loads(block.group(1))
+        except (ValueError, RecursionError):
+            return None
+        if not (isinstance(data, dict) and data.get("name") in offered and "arguments" in data):
+            return None
+        calls.append(ToolCall(f"{turn_id}-{i}", data["name"], _json_arguments(data["arguments"])))
+    return (_FENCED_BLOCK.sub("", content).strip(), calls) if calls else None
 
 
 def _failed_attempt(content: str, offered: set[str]) -> str:
