@@ -3,6 +3,8 @@ guidance from (proposals.py), so that a title and its guidance come from one ent
 
 import re
 
+from feedback.evaluation.reference import OVERREACH
+
 # Evaluator feedback by what it says, so the guidance is about the kind of shortfall, not about
 # one task: (category, how to recognise it, what answers do, what to do instead).
 _FEEDBACK_CATEGORIES = (
@@ -52,7 +54,7 @@ _FEEDBACK_CATEGORIES = (
 # OVERREACH: a triage that flags every email names the urgent ones too), apart from its others.
 _FEEDBACK_OVERREACH = (
     "overreach",
-    re.compile(r"names labels it should not|should not be named", re.I),
+    re.compile(rf"{re.escape(OVERREACH)}|should not be named", re.I),
     "answers name items that do not qualify",
     "Final answers name items the task's criterion leaves out, besides or instead of those it picks.",
     "In {kind} tasks, name only the items that meet the task's criterion: read each candidate, decide for "
