@@ -31,14 +31,14 @@ def _item(fields: dict) -> SimpleNamespace:
     return SimpleNamespace(**fields)
 
 
-def test_each_family_has_64_items_40_to_mine_and_24_held_out_the_same_on_every_call():
+def test_each_family_has_96_items_48_to_mine_and_48_held_out_the_same_on_every_call():
     for name in FAMILIES:
         items = workload_items(name)
-        assert len(items) == 64
+        assert len(items) == 96
         splits = [i["split"] for i in items]
-        assert splits.count(DatasetItem.Split.MINING) == 40 and splits.count(DatasetItem.Split.HELD_OUT) == 24
+        assert splits.count(DatasetItem.Split.MINING) == 48 and splits.count(DatasetItem.Split.HELD_OUT) == 48
         assert workload_items(name) == items
-        assert len({i["text"] + str(i["files"]) for i in items}) >= 60  # items, not copies of one
+        assert len({i["text"] + str(i["files"]) for i in items}) >= 90  # items, not copies of one
 
 
 def test_numbers_in_words():
@@ -51,7 +51,7 @@ def test_numbers_in_words():
 def test_arithmetic_answers_are_the_expressions_values():
     items = workload_items("Workload: arithmetic")
     digits = [i for i in items if re.search(r"\d", i["text"])]
-    assert len(digits) == 32 and all(not re.search(r"\d", i["text"]) for i in items if i not in digits)
+    assert len(digits) == 48 and all(not re.search(r"\d", i["text"]) for i in items if i not in digits)
     for item in digits:
         text = item["text"]
         if match := re.fullmatch(r"What is (\d+)% of (\d+)\?", text):
@@ -107,8 +107,8 @@ def test_triage_answers_name_exactly_the_emails_written_urgent():
 def test_seeding_makes_each_dataset_once_and_leaves_an_existing_one_alone():
     made = seed_workloads()
     assert [v.dataset.name for v in made] == list(FAMILIES)
-    assert all(v.items.count() == 64 for v in made)
+    assert all(v.items.count() == 96 for v in made)
     Dataset.objects.filter(name="Workload: arithmetic").update(description="edited")
     assert seed_workloads() == []
     assert Dataset.objects.get(name="Workload: arithmetic").description == "edited"
-    assert DatasetItem.objects.filter(split=DatasetItem.Split.HELD_OUT).count() == 72
+    assert DatasetItem.objects.filter(split=DatasetItem.Split.HELD_OUT).count() == 144

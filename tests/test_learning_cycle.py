@@ -8,6 +8,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from feedback import metrics
@@ -202,7 +203,7 @@ def test_a_strategy_that_helps_on_the_held_out_items_is_promoted_on_its_verdict(
     actions = list(strategy.events.order_by("created_at", "pk").values_list("action", flat=True))
     assert actions[-4:] == ["experiment", "experiment_end", "approve", "promote"]
     before, after = report["figures"]["before"]["arithmetic"], report["figures"]["after"]["arithmetic"]
-    assert before["strict_correct"] == 0 and after["strict_correct"] == 8  # the 8 sums in digits of 24
+    assert before["strict_correct"] == 0 and after["strict_correct"] == 12  # the 12 sums in digits of 24
     assert before["models"] == after["models"] == ["small-test-model"]
     _assert_figures_are_the_rows(report)
 
@@ -221,7 +222,25 @@ def test_a_strategy_that_harms_is_rejected_and_never_promoted(small_model):
     assert strategy.status == Strategy.Status.REJECTED
     assert not strategy.events.filter(action__in=["promote", "promote_override", "approve"]).exists()
     before, after = report["figures"]["before"]["arithmetic"], report["figures"]["after"]["arithmetic"]
-    assert before["strict_correct"] == after["strict_correct"] == 8  # nothing went live
+    assert before["strict_correct"] == after["strict_correct"] == 12  # nothing went live
+
+
+def test_no_picks_measures_the_familys_insight_list_alone(small_model):
+    small_model.responder = _model(lessons_help=False)
+    report = run_cycle(
+        families=["arithmetic"], mining_limit=12, held_out_limit=24, reviewer=cycle_reviewer("r"), picks=0, out=print
+    )
+
+    # A proposal was mined (the sums in words), but none is picked: only the list is measured.
+    assert Strategy.objects.exclude(pattern_kind=Strategy.PatternKind.INSIGHTS).exists()
+    [], [insights] = _picks(report)
+    assert Experiment.objects.get().pk == insights["experiment"]
+    assert (insights["decision"], insights["end"]) == ("reject", "rejected")
+
+
+def test_the_command_refuses_a_negative_number_of_picks():
+    with pytest.raises(CommandError, match="--picks must be at least 0"):
+        call_command("learning_cycle", "--picks", "-1")
 
 
 def test_a_sensitive_call_is_refused_by_the_cycles_reviewer_and_the_run_goes_on(small_model):

@@ -35,7 +35,12 @@ class Command(BaseCommand):
             "that name is made a reviewer without a password if it does not exist). Without it the cycle stops "
             "at the proposals.",
         )
-        parser.add_argument("--picks", type=int, default=1, help="Proposals picked per family (default 1).")
+        parser.add_argument(
+            "--picks",
+            type=int,
+            default=1,
+            help="Proposals picked per family (default 1); 0 measures the family's insight list alone.",
+        )
         parser.add_argument(
             "--kinds",
             type=_names,
@@ -47,9 +52,9 @@ class Command(BaseCommand):
         parser.add_argument("--markdown", type=Path, default=settings.VAR_DIR / "learning-cycle.md")
 
     def handle(self, *args, **options) -> None:
-        for name in ("mining_items", "held_out_items", "picks"):
-            if options[name] is not None and options[name] < 1:
-                raise CommandError(f"--{name.replace('_', '-')} must be at least 1.")
+        for name, least in (("mining_items", 1), ("held_out_items", 1), ("picks", 0)):
+            if options[name] is not None and options[name] < least:
+                raise CommandError(f"--{name.replace('_', '-')} must be at least {least}.")
         try:
             reviewer = cycle_reviewer(options["auto_approve_as"]) if options["auto_approve_as"] else None
             report = run_cycle(
