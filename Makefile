@@ -114,7 +114,8 @@ demo-loop-local: $(VENV)/.run-deps $(LLM_VENV)/.installed
 # decision), a paired experiment on the held-out split, promotion only where it says promote, the
 # held-out split again; the report in var/learning-cycle.json and var/learning-cycle.md
 # (docs/local-model.md). LOOP_MINING_ITEMS / LOOP_HELD_OUT_ITEMS cut each split (empty: every item);
-# LOOP_ARGS adds options (--families arithmetic,email_triage, --picks 2, --kinds guidance,guardrails).
+# LOOP_ARGS adds options (--families arithmetic,email_triage, --picks 2, --no-insight-lists,
+# --kinds guidance,guardrails).
 # A pattern needs 3 failing runs of a task kind (STRATEGY_MIN_SUPPORT, 5 by default).
 LOOP_REVIEWER ?= learning-cycle
 LOOP_MINING_ITEMS ?=

@@ -204,3 +204,25 @@ def test_mining_finds_the_result_left_out_and_proposes_that_the_answer_waits_for
     assert all(any("does not state what calculator returned" in a for a in h.actions) for h in said)
     # They called the tool: none of them skipped it.
     assert not Strategy.objects.filter(pattern_kind="tool_skipped").exists()
+
+
+@pytest.mark.usefixtures("mining_thresholds")
+@pytest.mark.parametrize(
+    ("offered", "subset"),
+    [
+        # Run 10 on the local model: offered analyze_text and http_get beside the calculator, it
+        # gave the calculator "(36 + 20) * 9" without its brackets; offered it alone, it did not.
+        (["analyze_text", "calculator", "http_get", "update_plan"], [{"type": "tool_subset", "tools": ["calculator"]}]),
+        (["calculator", "update_plan"], []),  # nothing more than the successes used: no subset
+    ],
+)
+def test_where_the_failures_were_offered_tools_the_successes_never_used_the_strategy_offers_fewer(offered, subset):
+    failing = [
+        make_calculated_run(text=f"({i} + 17) * 3", good=False, answer=f"{i} + 17 * 3", value=i + 51)
+        for i in range(1, 8)
+    ]
+    Run.objects.filter(pk__in=[r.pk for r in failing]).update(tools_offered=offered)
+    for i in range(5):
+        make_calculated_run(text=f"{i} * 19 + 1", good=True, answer=f"It is {i * 19 + 1}.", value=i * 19 + 1)
+    [strategy] = [s for s in mine_and_propose(window_days=None) if s.pattern_kind == "tool_result_unused"]
+    assert strategy.current_version.guardrails == [USE_RESULT, *subset]

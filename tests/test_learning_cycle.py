@@ -238,6 +238,22 @@ def test_no_picks_measures_the_familys_insight_list_alone(small_model):
     assert (insights["decision"], insights["end"]) == ("reject", "rejected")
 
 
+def test_without_insight_lists_only_the_picked_proposal_is_measured(small_model):
+    small_model.responder = _model(lessons_help=False)
+    report = run_cycle(
+        families=["arithmetic"],
+        mining_limit=12,
+        held_out_limit=24,
+        reviewer=cycle_reviewer("r"),
+        insight_lists=False,
+        out=print,
+    )
+
+    assert Strategy.objects.filter(pattern_kind=Strategy.PatternKind.INSIGHTS).exists()  # proposed, not picked
+    [row], [] = _picks(report)
+    assert Experiment.objects.get().pk == row["experiment"] and report["options"]["insight_lists"] is False
+
+
 def test_the_command_refuses_a_negative_number_of_picks():
     with pytest.raises(CommandError, match="--picks must be at least 0"):
         call_command("learning_cycle", "--picks", "-1")

@@ -142,6 +142,9 @@ def test_calls_left_in_the_text_are_calls(endpoint):
         # Run 7 on the local model: a tag named after the tool, which had become the run's answer.
         ('<update_plan steps=[{"title": "Count lines", "status": "completed"}]}', "wrote tool calls as text"),
         ("functions.rm_rf:", "named a tool that is not offered"),
+        # Runs 1 and 9 on the local model: a result of its own making, which had become the answer.
+        ('<tool_response>\n{"ok": true, "result": {"value": 171}}\n</tool_response>', "wrote a tool's response"),
+        ('The total is:\n<tool_response> {"ok": false, "error": "No such file"}', "wrote a tool's response"),
     ],
 )
 def test_text_that_looks_like_a_call_and_is_none_is_unusable(endpoint, text, reason):

@@ -18,7 +18,12 @@ from .test_strategy_lifecycle import make_strategy
 
 pytestmark = pytest.mark.django_db
 
-NO_SUCH_FILE = "No such file: 'release-notes.txt'. List the directory to see which files exist."
+NO_SUCH_FILE = (
+    "No such file: 'release-notes.txt'. The files nearest to it are \"docs/meeting-notes.md, docs/release-notes.txt, "
+    "inbox/001-invoice-twice.txt, inbox/002-site-down.txt, inbox/003-password-reset.txt, "
+    'inbox/004-feature-question.txt, inbox/005-locked-account.txt, inbox/006-refund-status.txt, report.txt": '
+    "read one of them by its path."
+)
 PRECONDITION = [{"type": "tool_precondition", "tool": "read_text_file", "requires": "list_directory"}]
 
 

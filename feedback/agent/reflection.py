@@ -14,7 +14,7 @@ from feedback.models import Step
 _HINTS = [
     ("InvalidToolCall", "Unknown tool", "Use only the tools listed, with exactly their names."),
     ("InvalidToolCall", "", "Check the arguments against the tool's JSON Schema before calling it again."),
-    ("ToolError", "No such file", "List the directory (and its sub-folders) to find the exact path first."),
+    ("ToolError", "No such file", "Use a path the error names, exactly as written; if none fits, list the directory."),
     ("ToolError", "No such directory", "List the workspace root to see which folders exist."),
     ("ToolError", "leave the workspace", "Use paths relative to the workspace root, without '..'."),
     ("ToolError", "Absolute paths", "Use paths relative to the workspace root."),

@@ -90,6 +90,7 @@ class Cycle:
     mining_limit: int | None
     held_out_limit: int | None
     picks: int
+    insight_lists: bool  # the family's insight list picked beside the proposals
     kinds: Sequence[str]
     seed: int
     out: Callable[[str], None]
@@ -232,6 +233,7 @@ def run_cycle(
     held_out_limit: int | None = None,
     reviewer=None,
     picks: int = 1,
+    insight_lists: bool = True,
     kinds: Sequence[str] = (),
     seed: int = 7,
     out: Callable[[str], None] = print,
@@ -257,6 +259,7 @@ def run_cycle(
             mining_limit=mining_limit,
             held_out_limit=held_out_limit,
             picks=picks,
+            insight_lists=insight_lists,
             kinds=kinds,
             seed=seed,
             out=out,
@@ -271,6 +274,7 @@ def run_cycle(
                 "mining_limit": mining_limit,
                 "held_out_limit": held_out_limit,
                 "picks": picks,
+                "insight_lists": insight_lists,
                 "kinds": list(kinds),
                 "seed": seed,
                 "window_days": settings.STRATEGY_MINING_WINDOW_DAYS,

@@ -59,24 +59,30 @@ def _guardrails(pattern: Pattern) -> list[dict]:
     if pattern.kind == "malformed_reply":
         return _reply_guardrails(d)
     if pattern.kind == "tool_skipped":
-        return [{"type": "answer_precondition", "tool": d["tool"]}]
+        return [{"type": "answer_precondition", "tool": d["tool"]}, *_fewer_tools(d, d["tool"])]
     if pattern.kind == "tool_result_unused":
-        return [{"type": "answer_precondition", "tool": d["tool"], "use_result": True}]
+        return [{"type": "answer_precondition", "tool": d["tool"], "use_result": True}, *_fewer_tools(d, d["tool"])]
     return []
+
+
+def _fewer_tools(d: dict, needed: str = "") -> list[dict]:
+    """Only the tools the succeeding runs of the kind used (besides the plan, and ``needed``, the
+    tool another rule of the strategy asks for), when that is fewer than the failing runs were
+    offered. A shorter catalogue leaves a small model fewer names to invent, less to get wrong in a
+    JSON reply (JSON mode puts every tool's schema into the prompt), and fewer tools to mix up: on
+    arithmetic, offered analyze_text and http_get beside it, the local model gave the calculator a
+    sum without its brackets, and offered the calculator alone it did not."""
+    offered = set(d.get("tools_offered") or [])
+    used = (set(d.get("tools_used_by_successes") or []) - ALWAYS_OFFERED) & offered | ({needed} - {""})
+    fewer = bool(used) and (used | ALWAYS_OFFERED) & offered < offered
+    return [{"type": "tool_subset", "tools": sorted(used)}] if fewer else []
 
 
 def _reply_guardrails(d: dict) -> list[dict]:
     """The engine's remedies for malformed or empty replies, where the evidence supports them."""
     failure, mode, rules = d["failure"], d["mode"], []
-    offered = set(d.get("tools_offered") or [])
-    used = (set(d.get("tools_used_by_successes") or []) - ALWAYS_OFFERED) & offered
-    # Fewer tools: only those the succeeding runs of the kind used (besides the plan), when that
-    # is fewer than the failing runs were offered. A shorter catalogue leaves a small model fewer
-    # names to invent, and less to get wrong in a JSON reply (JSON mode puts every tool's schema
-    # into the prompt).
-    fewer = bool(used) and (used | ALWAYS_OFFERED) & offered < offered
-    if failure in {"unknown_tool", "invalid_json", "bad_tool_calls", "empty_reply"} and fewer:
-        rules.append({"type": "tool_subset", "tools": sorted(used)})
+    if failure in {"unknown_tool", "invalid_json", "bad_tool_calls", "empty_reply"}:
+        rules += _fewer_tools(d)
     # JSON replies that fail: native tool calls, but only where they are known to work with the
     # evidence's models (a server without tool support can answer a request with tools by a
     # retryable 500 that the JSON fallback never sees).

@@ -111,12 +111,12 @@ def malformed_replies(since, totals) -> list[Pattern]:
             .distinct()
             .order_by("run_id")[:EVIDENCE_LIMIT]
         )
-        pattern.details.update(_remedy_facts(since, kind, pattern.evidence))
+        pattern.details.update(remedy_facts(since, kind, pattern.evidence))
         patterns.append(pattern)
     return patterns
 
 
-def _remedy_facts(since: datetime, kind: str, evidence: list[int]) -> dict:
+def remedy_facts(since: datetime, kind: str, evidence: list[int]) -> dict:
     """What the remedies need to know, from the window: the tools the succeeding runs of the kind
     used (a smaller offer), the tools the evidence runs were offered, and whether native tool
     calls worked with the evidence runs' models (a switch to native mode is safe only then)."""

@@ -15,7 +15,11 @@ answered without stating what it returned (guardrails.states_result), where the 
 called it state it (at least CALLED_BY_SUCCESSES of them).
 
 The remedy of both is a guardrail the engine enforces whatever the model does: the answer waits
-for the tool, and for the second one for its result too (guardrails.py, ``answer_precondition``).
+for the tool, and for the second one for its result too (guardrails.py, ``answer_precondition``);
+and, where the successes of the kind used fewer tools than the failures were offered, only those
+(``tool_subset``, from replies.remedy_facts): on arithmetic the local model, offered the calculator
+beside analyze_text and http_get, gave the calculator "(36 + 20) * 9" without its brackets and
+answered with that, and offered the calculator alone it worked the sum out right.
 """
 
 from datetime import datetime
@@ -37,6 +41,7 @@ from .patterns import (
     _succeeding,
     _window_runs,
 )
+from .replies import remedy_facts
 
 # A tool the successes of a kind call only now and then is no tool the kind needs.
 CALLED_BY_SUCCESSES = 0.8
@@ -88,6 +93,7 @@ def skipped_tools(since: datetime, totals: dict) -> list[Pattern]:
         rest = EVIDENCE_LIMIT - len(answered)
         others = without.exclude(status=Run.Status.SUCCEEDED).order_by("pk").values_list("pk", flat=True)[:rest]
         pattern.evidence = sorted(answered + (list(others) if rest > 0 else []))
+        pattern.details.update(remedy_facts(since, kind, pattern.evidence))
         patterns.append(pattern)
     return patterns
 
@@ -138,5 +144,6 @@ def unused_results(since: datetime, totals: dict) -> list[Pattern]:
             )
             if _keep(pattern):
                 pattern.evidence = sorted(failing_unused)[-EVIDENCE_LIMIT:]
+                pattern.details.update(remedy_facts(since, kind, pattern.evidence))
                 patterns.append(pattern)
     return patterns

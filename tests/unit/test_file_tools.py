@@ -45,6 +45,33 @@ def test_read_and_list(ctx):
         read_text_file(ctx, "inbox")
 
 
+def test_a_missing_files_error_names_the_files_of_the_nearest_folder_that_exists(ctx):
+    # Run 9 on the local model: told only to list the folder, the model repeated the advice.
+    (ctx.workspace / "inbox" / "b.txt").write_text("b")
+    with pytest.raises(ToolError) as missing:
+        read_text_file(ctx, "inbox/outage.txt")
+    assert str(missing.value) == (
+        "No such file: 'inbox/outage.txt'. The files nearest to it are \"inbox/a.txt, inbox/b.txt\": "
+        "read one of them by its path."
+    )
+    # A folder that does not exist either: the files in and under the workspace (no link followed).
+    with pytest.raises(ToolError, match=r'nearest to it are "binary.bin, inbox/a.txt, inbox/b.txt":') as anywhere:
+        read_text_file(ctx, "mail/2024/a.txt")
+    # Wherever it was looked for and however many files there are, the error's signature is one:
+    # mining groups them.
+    for i in range(30):
+        (ctx.workspace / "inbox" / f"{i:02d}.txt").write_text("x")
+    with pytest.raises(ToolError) as many:
+        read_text_file(ctx, "inbox/outage.txt")
+    assert "inbox/19.txt and 12 more" in str(many.value) and "inbox/20.txt" not in str(many.value)
+    signatures = {error_signature("read_text_file", "ToolError", str(e.value)) for e in (missing, anywhere, many)}
+    assert len(signatures) == 1
+    # A folder with no file keeps the advice to list it.
+    (ctx.workspace / "empty").mkdir()
+    with pytest.raises(ToolError, match=r"^No such file: 'empty/a.txt'. List the directory"):
+        read_text_file(ctx, "empty/a.txt")
+
+
 def test_analyze_text(ctx):
     stats = analyze_text(ctx, path="inbox/a.txt")
     assert (stats["words"], stats["sentences"], stats["lines"]) == (6, 3, 2)

@@ -165,6 +165,8 @@ _TAGGED_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 # Text meant as a call that is none: pseudo-markup, or a call's JSON that does not parse.
 _PSEUDO_MARKUP = re.compile(r"<(?:tools|function|tool_call)\b", re.I)
 _CALL_START = re.compile(r'\{\s*"name"\s*:\s*"([^"]+)"')
+# The same templates' tag for a tool's result: a reply writing one makes up what a tool returned.
+_TOOL_RESPONSE = re.compile(r"<tool_response\b", re.I)
 # A call in a Markdown code block inside prose ("Let's start: ```json {"name": ...} ```").
 _FENCED_BLOCK = re.compile(r"```(?:json)?[ \t]*\n?(.*?)```", re.S | re.I)
 
@@ -237,6 +239,11 @@ def _failed_attempt(content: str, offered: set[str]) -> str:
         )
     if _PSEUDO_MARKUP.search(content) or _tool_tag(content, offered):
         return "Your reply wrote tool calls as text instead of making them: call tools, or answer in words."
+    if _TOOL_RESPONSE.search(content):
+        return (
+            "Your reply wrote a tool's response itself: a tool's result comes only from calling the tool. "
+            "Call it, or answer from the results tools have returned."
+        )
     return ""
 
 

@@ -42,6 +42,12 @@ class Command(BaseCommand):
             help="Proposals picked per family (default 1); 0 measures the family's insight list alone.",
         )
         parser.add_argument(
+            "--no-insight-lists",
+            dest="insight_lists",
+            action="store_false",
+            help="Pick no insight list: measure the picked proposals only.",
+        )
+        parser.add_argument(
             "--kinds",
             type=_names,
             default=[],
@@ -63,6 +69,7 @@ class Command(BaseCommand):
                 held_out_limit=options["held_out_items"],
                 reviewer=reviewer,
                 picks=options["picks"],
+                insight_lists=options["insight_lists"],
                 kinds=options["kinds"],
                 seed=options["seed"],
                 out=self._say,
