@@ -20,6 +20,15 @@ CTX = ToolContext(run_id=0, workspace=None)  # type: ignore[arg-type]
         ("1 / 3", 0.3333333333),
         ("6 × 7", 42),
         ("max(3, 9, 4)", 9),
+        # Percentages as people (and models) write them; "%" before an operand is the remainder.
+        ("5% of 1040", 52),
+        ("15 % of 200", 30),
+        ("2.5% OF (100 + 100)", 5),
+        ("5% * 1040", 52),
+        ("1040 * 5%", 52),
+        ("(50%) + 1", 1.5),
+        ("7 % (4)", 3),
+        ("7.5 % 2", 1.5),
     ],
 )
 def test_it_computes(expression, value):
