@@ -105,7 +105,7 @@ def pick(cycle: "Cycle") -> list[dict]:
         order = sorted(
             (s for s in waiting if applies.get(s.pk)), key=lambda s: -applies[s.pk]
         )  # stable: the pick's order
-        lists = [s for s in order if s.pattern_kind == Strategy.PatternKind.INSIGHTS][: int(cycle.insight_lists)]
+        lists = [s for s in order if s.pattern_kind == Strategy.PatternKind.INSIGHTS][:1] if cycle.insight_lists else []
         order = [s for s in order if s.pattern_kind != Strategy.PatternKind.INSIGHTS]
         for strategy in order[: cycle.picks] + lists:
             taken.add(strategy.pk)

@@ -65,7 +65,7 @@ def _guardrails(pattern: Pattern) -> list[dict]:
     return []
 
 
-def _fewer_tools(d: dict, needed: str = "") -> list[dict]:
+def _fewer_tools(d: dict, needed: str | None = None) -> list[dict]:
     """Only the tools the succeeding runs of the kind used (besides the plan, and ``needed``, the
     tool another rule of the strategy asks for), when that is fewer than the failing runs were
     offered. A shorter catalogue leaves a small model fewer names to invent, less to get wrong in a
@@ -73,7 +73,9 @@ def _fewer_tools(d: dict, needed: str = "") -> list[dict]:
     arithmetic, offered analyze_text and http_get beside it, the local model gave the calculator a
     sum without its brackets, and offered the calculator alone it did not."""
     offered = set(d.get("tools_offered") or [])
-    used = (set(d.get("tools_used_by_successes") or []) - ALWAYS_OFFERED) & offered | ({needed} - {""})
+    used = (set(d.get("tools_used_by_successes") or []) - ALWAYS_OFFERED) & offered
+    if needed:
+        used.add(needed)
     fewer = bool(used) and (used | ALWAYS_OFFERED) & offered < offered
     return [{"type": "tool_subset", "tools": sorted(used)}] if fewer else []
 

@@ -118,22 +118,9 @@ def malformed_replies(since, totals) -> list[Pattern]:
 
 def remedy_facts(since: datetime, kind: str, evidence: list[int]) -> dict:
     """What the remedies need to know, from the window: the tools the succeeding runs of the kind
-    used (a smaller offer), the tools the evidence runs were offered, and whether native tool
+    used and the evidence runs were offered (offer_facts: a smaller offer), and whether native tool
     calls worked with the evidence runs' models (a switch to native mode is safe only then)."""
-    used = sorted(
-        set(
-            _window_steps(since)
-            .filter(run__task_kind=kind, kind=Step.Kind.TOOL_CALL, success=True)
-            .filter(_succeeding("run__"))
-            .values_list("tool_name", flat=True)
-            .distinct()[:50]
-        )
-    )
-    offered: set[str] = set()
-    models: set[str] = set()
-    for tools, model in Run.objects.filter(pk__in=evidence).values_list("tools_offered", "model_name"):
-        offered |= {t for t in tools or [] if isinstance(t, str)}
-        models.add(model)
+    offered, models = _offered(evidence)
     native = (
         _window_steps(since)
         .filter(kind=Step.Kind.TOOL_CALL, run__model_name__in=models - {""}, run__llm_backend="openai")
@@ -142,4 +129,34 @@ def remedy_facts(since: datetime, kind: str, evidence: list[int]) -> dict:
         .exclude(tool_call_id="")
         .exists()
     )
+    used = tools_used(since, kind)
     return {"tools_used_by_successes": used, "tools_offered": sorted(offered), "native_tool_calls_work": native}
+
+
+def offer_facts(used: list[str], evidence: list[int]) -> dict:
+    """The facts a smaller offer (proposals._fewer_tools) is decided on: ``used``, the tools the
+    succeeding runs of the kind used (tools_used), and the tools the evidence runs were offered."""
+    return {"tools_used_by_successes": used, "tools_offered": sorted(_offered(evidence)[0])}
+
+
+def tools_used(since: datetime, kind: str) -> list[str]:
+    """The tools the window's succeeding runs of ``kind`` called successfully."""
+    return sorted(
+        set(
+            _window_steps(since)
+            .filter(run__task_kind=kind, kind=Step.Kind.TOOL_CALL, success=True)
+            .filter(_succeeding("run__"))
+            .values_list("tool_name", flat=True)
+            .distinct()[:50]
+        )
+    )
+
+
+def _offered(evidence: list[int]) -> tuple[set[str], set[str]]:
+    """The tools the evidence runs were offered, and their models."""
+    offered: set[str] = set()
+    models: set[str] = set()
+    for tools, model in Run.objects.filter(pk__in=evidence).values_list("tools_offered", "model_name"):
+        offered |= {t for t in tools or [] if isinstance(t, str)}
+        models.add(model)
+    return offered, models

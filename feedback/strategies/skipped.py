@@ -17,7 +17,7 @@ called it state it (at least CALLED_BY_SUCCESSES of them).
 The remedy of both is a guardrail the engine enforces whatever the model does: the answer waits
 for the tool, and for the second one for its result too (guardrails.py, ``answer_precondition``);
 and, where the successes of the kind used fewer tools than the failures were offered, only those
-(``tool_subset``, from replies.remedy_facts): on arithmetic the local model, offered the calculator
+(``tool_subset``, from replies.offer_facts): on arithmetic the local model, offered the calculator
 beside analyze_text and http_get, gave the calculator "(36 + 20) * 9" without its brackets and
 answered with that, and offered the calculator alone it worked the sum out right.
 """
@@ -41,7 +41,7 @@ from .patterns import (
     _succeeding,
     _window_runs,
 )
-from .replies import remedy_facts
+from .replies import offer_facts, tools_used
 
 # A tool the successes of a kind call only now and then is no tool the kind needs.
 CALLED_BY_SUCCESSES = 0.8
@@ -64,7 +64,7 @@ def skipped_tools(since: datetime, totals: dict) -> list[Pattern]:
             succeeding=Count("run", distinct=True, filter=_succeeding("run__")),
         )
     )
-    patterns = []
+    patterns, used = [], {}  # used: the tools each kind's successes used, asked once a kind
     for row in rows:
         kind, tool = row["run__task_kind"], row["tool_name"]
         failing_total, succeeding_total = totals.get(kind, (0, 0))
@@ -93,7 +93,9 @@ def skipped_tools(since: datetime, totals: dict) -> list[Pattern]:
         rest = EVIDENCE_LIMIT - len(answered)
         others = without.exclude(status=Run.Status.SUCCEEDED).order_by("pk").values_list("pk", flat=True)[:rest]
         pattern.evidence = sorted(answered + (list(others) if rest > 0 else []))
-        pattern.details.update(remedy_facts(since, kind, pattern.evidence))
+        if kind not in used:
+            used[kind] = tools_used(since, kind)
+        pattern.details.update(offer_facts(used[kind], pattern.evidence))
         patterns.append(pattern)
     return patterns
 
@@ -127,6 +129,7 @@ def unused_results(since: datetime, totals: dict) -> list[Pattern]:
             continue
         last = _last_results([*failing, *succeeding])
         sample = {kind: (len(failing), len(succeeding))}
+        used = None  # the tools the kind's successes used: asked once, for its first pattern
         for tool in sorted({tool for _, tool in last}):
             called = [r for r in succeeding if last.get((r, tool))]
             failing_unused, succeeding_unused = _unused(failing, last, tool), _unused(succeeding, last, tool)
@@ -144,6 +147,7 @@ def unused_results(since: datetime, totals: dict) -> list[Pattern]:
             )
             if _keep(pattern):
                 pattern.evidence = sorted(failing_unused)[-EVIDENCE_LIMIT:]
-                pattern.details.update(remedy_facts(since, kind, pattern.evidence))
+                used = tools_used(since, kind) if used is None else used
+                pattern.details.update(offer_facts(used, pattern.evidence))
                 patterns.append(pattern)
     return patterns
