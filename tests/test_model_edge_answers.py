@@ -46,11 +46,11 @@ def with_the_precondition() -> None:
 
 # --- an echo of the runtime's instruction is no answer -------------------------------------------
 def test_a_reply_that_copies_the_runtimes_instruction_is_not_the_answer(endpoint):
-    # After a failed call Qwen2.5-Coder-1.5B answered with the reflection's own re-plan sentence
-    # in 19 of 22 runs, which ended each run "succeeded" with it as the answer.
+    # After a failed call Qwen2.5-Coder-1.5B answered with the reflection's own closing sentence
+    # (then a re-plan instruction) in 19 of 22 runs, which ended each run "succeeded" with it as the answer.
     endpoint.script = [
         completion(tool_calls=[call("calculator", {"expression": "2 +"})]),
-        completion("Mark the failed plan step as failed with update_plan and choose another way."),
+        completion("Think about why it failed, then try another way."),
         completion(tool_calls=[call("calculator", {"expression": "2 + 2"})]),
         completion("The failed step is marked; another way gives 2 + 2 = 4."),
     ]
@@ -65,7 +65,7 @@ def test_the_same_echo_after_the_correction_is_still_not_the_answer(endpoint):
     # Measured on the local model (file analysis, temperature 0): after "your reply repeated the
     # instruction" it sent the reflection's sentence again, which was compared with the correction
     # alone and became the run's answer.
-    echo = "Mark the failed plan step as failed with update_plan and choose another way."
+    echo = "Think about why it failed, then try another way."
     endpoint.script = [
         completion(tool_calls=[call("calculator", {"expression": "2 +"})]),
         completion(echo),
@@ -79,7 +79,7 @@ def test_the_same_echo_after_the_correction_is_still_not_the_answer(endpoint):
 
 
 def test_echoing_the_instructions_three_times_fails_the_run_without_an_answer(endpoint):
-    echo = "Mark the failed plan step as failed with update_plan and choose another way."
+    echo = "Think about why it failed, then try another way."
     endpoint.script = [completion(tool_calls=[call("calculator", {"expression": "2 +"})])] + [completion(echo)] * 3
     run = run_task()
     assert (run.status, run.final_output) == (Run.Status.FAILED, "")
@@ -153,7 +153,7 @@ def test_a_reply_reporting_the_tool_error_is_the_answer(endpoint, demo_workspace
 def test_a_reply_copying_the_instruction_is_still_an_echo(endpoint, demo_workspace):
     endpoint.script = [
         completion(tool_calls=[call("read_text_file", {"path": "release-notes.txt"})]),
-        completion("Re-plan: mark the failed plan step as failed with update_plan and choose another way."),
+        completion("Use a path the error names, exactly as written; if none fits, list the directory."),
         completion("There is no release-notes.txt in the workspace."),
     ]
     run = summarise(demo_workspace)
