@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from feedback.agent.tools.text import analyze_text
+from feedback.datasets import workloads
 from feedback.datasets.checkers import check
 from feedback.datasets.workloads import FAMILIES, in_words, seed_workloads, workload_items
 from feedback.models import Dataset, DatasetItem
@@ -31,14 +32,25 @@ def _item(fields: dict) -> SimpleNamespace:
     return SimpleNamespace(**fields)
 
 
-def test_each_family_has_96_items_48_to_mine_and_48_held_out_the_same_on_every_call():
+def test_each_family_has_144_items_48_to_mine_and_96_held_out_the_same_on_every_call():
     for name in FAMILIES:
         items = workload_items(name)
-        assert len(items) == 96
+        assert len(items) == 144
         splits = [i["split"] for i in items]
-        assert splits.count(DatasetItem.Split.MINING) == 48 and splits.count(DatasetItem.Split.HELD_OUT) == 48
+        assert splits.count(DatasetItem.Split.MINING) == 48 and splits.count(DatasetItem.Split.HELD_OUT) == 96
+        assert all(i["split"] == DatasetItem.Split.HELD_OUT for i in items[96:])  # the added items
         assert workload_items(name) == items
-        assert len({i["text"] + str(i["files"]) for i in items}) >= 90  # items, not copies of one
+        assert len({i["text"] + str(i["files"]) for i in items}) >= 135  # items, not copies of one
+
+
+def test_the_items_added_later_leave_the_first_96_and_their_splits_as_they_were_measured(monkeypatch):
+    # docs/local-model.md's runs were measured on the first 96 items (48 mining, 48 held out).
+    grown = {name: workload_items(name) for name in FAMILIES}
+    monkeypatch.setattr(workloads, "PER_FAMILY", 96)
+    for name in FAMILIES:
+        first = workload_items(name)
+        assert first == grown[name][:96]
+        assert [i["split"] for i in first].count(DatasetItem.Split.HELD_OUT) == 48
 
 
 def test_numbers_in_words():
@@ -51,7 +63,7 @@ def test_numbers_in_words():
 def test_arithmetic_answers_are_the_expressions_values():
     items = workload_items("Workload: arithmetic")
     digits = [i for i in items if re.search(r"\d", i["text"])]
-    assert len(digits) == 48 and all(not re.search(r"\d", i["text"]) for i in items if i not in digits)
+    assert len(digits) == 72 and all(not re.search(r"\d", i["text"]) for i in items if i not in digits)
     for item in digits:
         text = item["text"]
         if match := re.fullmatch(r"What is (\d+)% of (\d+)\?", text):
@@ -107,8 +119,8 @@ def test_triage_answers_name_exactly_the_emails_written_urgent():
 def test_seeding_makes_each_dataset_once_and_leaves_an_existing_one_alone():
     made = seed_workloads()
     assert [v.dataset.name for v in made] == list(FAMILIES)
-    assert all(v.items.count() == 96 for v in made)
+    assert all(v.items.count() == 144 for v in made)
     Dataset.objects.filter(name="Workload: arithmetic").update(description="edited")
     assert seed_workloads() == []
     assert Dataset.objects.get(name="Workload: arithmetic").description == "edited"
-    assert DatasetItem.objects.filter(split=DatasetItem.Split.HELD_OUT).count() == 144
+    assert DatasetItem.objects.filter(split=DatasetItem.Split.HELD_OUT).count() == 288
