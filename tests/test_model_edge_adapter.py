@@ -163,6 +163,54 @@ def test_a_tool_chosen_in_the_text_is_asked_for_outright(endpoint):
     assert endpoint.requests[1]["tool_choice"] == {"type": "function", "function": {"name": "calculator"}}
 
 
+FILE_TOOLS = [BUILTIN_TOOLS[name].spec() for name in ("list_directory", "read_text_file", "calculator", "update_plan")]
+READ_FAILED = [
+    {"role": "user", "content": "Summarise release-notes.txt"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "read_text_file", "arguments": '{"path": "r.txt"}'}},
+    ]},
+    {"role": "tool", "tool_call_id": "c1", "content": json.dumps({"ok": False, "error": "No such file: 'r.txt'."})},
+    {"role": "user", "content": "Reflection on the last step: ..."},
+]  # fmt: skip
+FORCED_READ = {"type": "function", "function": {"name": "read_text_file"}}
+
+
+def test_an_action_announced_after_a_failed_call_is_asked_for_outright(endpoint):
+    reply = _reply(
+        endpoint,
+        completion('To resolve the issue, I will read the file named "docs/release-notes.txt" from the docs folder.'),
+        completion(tool_calls=[call("read_text_file", {"path": "docs/release-notes.txt"})]),
+        tools=FILE_TOOLS,
+        messages=READ_FAILED,
+    )
+    assert [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == [
+        ("read_text_file", {"path": "docs/release-notes.txt"})
+    ]
+    assert endpoint.requests[1]["tool_choice"] == FORCED_READ
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # Announced after the first sentence: "let me know" closes answers.
+        "There is no release-notes.txt in the workspace. Let me know if you meant another file.",
+        "I will answer from what I have: there is no release-notes.txt.",  # no offered tool answers
+        "Let me check: I'll read docs/release-notes.txt.",  # "check" is no one tool's verb
+    ],
+)
+def test_an_answer_after_a_failed_call_stays_an_answer(endpoint, answer):
+    reply = _reply(endpoint, completion(answer), tools=FILE_TOOLS, messages=READ_FAILED)
+    assert (reply.content, reply.tool_calls, reply.unusable) == (answer, [], "")
+    assert len(endpoint.requests) == 1
+
+
+def test_an_announcement_is_an_answer_when_no_call_has_failed(endpoint):
+    worked = [*READ_FAILED[:2], {**READ_FAILED[2], "content": json.dumps({"ok": True, "result": {"text": "v2"}})}]
+    answer = "I will summarise it: the release notes announce version 2."
+    reply = _reply(endpoint, completion(answer), tools=FILE_TOOLS, messages=worked)
+    assert (reply.content, reply.tool_calls) == (answer, []) and len(endpoint.requests) == 1
+
+
 def test_a_reply_cut_off_at_the_length_limit_is_unusable(endpoint, settings):
     settings.LLM_MAX_TOKENS = 32
     cut = completion(tool_calls=[call("calculator", '{"expression": "1 + ')])

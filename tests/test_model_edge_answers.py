@@ -161,6 +161,27 @@ def test_a_reply_copying_the_instruction_is_still_an_echo(endpoint, demo_workspa
     assert run.final_output == "There is no release-notes.txt in the workspace."
 
 
+# --- the next step announced, not taken ----------------------------------------------------------
+def test_a_next_step_announced_after_an_error_is_taken_not_answered(endpoint, demo_workspace):
+    # Run 13 on the local model (triage): after the missing file's error named the inbox's files, 4
+    # of 8 runs answered "To resolve the issue, I will read the file named ..." and ended with it.
+    endpoint.script = [
+        completion(tool_calls=[call("read_text_file", {"path": "release-notes.txt"})]),
+        completion("To resolve the issue, I will read the file named docs/release-notes.txt."),
+        completion(tool_calls=[call("read_text_file", {"path": "docs/release-notes.txt"})]),  # forced
+        completion("The release notes announce version 2.0."),
+    ]
+    run = summarise(demo_workspace)
+    assert endpoint.requests[2]["tool_choice"] == {"type": "function", "function": {"name": "read_text_file"}}
+    reads = run.steps.filter(tool_name="read_text_file").order_by("index")
+    assert [(s.arguments["path"], s.success) for s in reads] == [
+        ("release-notes.txt", False), ("docs/release-notes.txt", True),
+    ]  # fmt: skip
+    assert (run.status, run.final_output, error_classes(run)) == (
+        Run.Status.SUCCEEDED, "The release notes announce version 2.0.", [],
+    )  # fmt: skip
+
+
 # --- 23.4: guardrail text never becomes a user's answer --------------------------------------------
 def test_an_answer_quoting_a_refusal_is_asked_for_again(endpoint, demo_workspace):
     with_the_precondition()

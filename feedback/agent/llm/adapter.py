@@ -9,10 +9,12 @@ sees replies (tool calls, text, or an unusable reply with the reason) and nothin
 - **Calls written as text**: a chat template that writes ``<tool_call>{…}</tool_call>`` into the
   content, or a reply that is one JSON call of an offered tool, are calls; text that looks like a
   call and is none (pseudo-markup, a call's JSON that does not parse) is an unusable reply.
-- **A tool chosen but not called**: a reply that is only a tool's name (``functions.<tool>:``,
-  what a function-calling format leaves once the model writes text) or that says which one tool
-  it would call, before the run has used any tool but the plan, is asked again with that tool's
-  call forced (``tool_choice``), which the server then writes by the tool's schema.
+- **A tool chosen but not called** (chosen.py): a reply that is only a tool's name
+  (``functions.<tool>:``, what a function-calling format leaves once the model writes text) or
+  that says which one tool it would call, before the run has used any tool but the plan, or that
+  announces its next action after a failed call ("I will read the file named ..."), is asked
+  again with that tool's call forced (``tool_choice``), which the server then writes by the
+  tool's schema.
 - **Cut off** at the length limit: unusable (half a call is nothing to act on).
 - **Refused response formats**: in formats.py (structured answers for the judge and proposals).
 """
@@ -25,8 +27,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from feedback.agent.guardrails import ALWAYS_OFFERED
-
+from .chosen import announced_tool, chosen_in_text
 from .reply import LLMError, LLMReply, ToolCall
 
 logger = logging.getLogger(__name__)
@@ -107,6 +108,8 @@ class EndpointModel:
         response = self.create(messages=messages, tools=tools or omit, tool_choice="auto" if tools else omit)
         reply = _calls_in_text(self._native_reply(response), tools, turn_id=getattr(response, "id", "") or "text")
         chosen = "" if reply.tool_calls else chosen_in_text(reply.content, tools, messages)
+        if chosen == "" and not reply.tool_calls:
+            chosen = announced_tool(reply.content, tools, messages)
         if chosen is None:
             return LLMReply(
                 content=reply.content,
@@ -269,43 +272,6 @@ def tagged_tool_calls(content: str, *, turn_id: str) -> tuple[str, list[ToolCall
         else:
             calls.append(ToolCall(f"{turn_id}-{i}", "", body))
     return _TAGGED_CALL.sub("", content).strip(), calls
-
-
-# --- a tool chosen in the text --------------------------------------------------------------------
-_NAMED_ONLY = re.compile(r"\s*functions\.([\w.-]+?):?\s*")
-
-
-def chosen_in_text(content: str, tools: list[dict[str, Any]], messages: list[dict[str, Any]]) -> str | None:
-    """The offered tool a reply without calls chose: its whole text "functions.<tool>:", or the one
-    tool it says it would call ("call analyze_text text=notes.md", "use the `calculator` tool",
-    "analyze_text(...)", a call's JSON inside other text) while the run has called no tool but the
-    plan. "" when it chose none (or several, or the run has worked with a tool: an answer may well
-    mention the tool it used); None when the tool it names is not offered."""
-    if not tools:
-        return ""
-    offered = {t["function"]["name"] for t in tools}
-    named = _NAMED_ONLY.fullmatch(content)
-    if named is not None:
-        return named.group(1) if named.group(1) in offered else None
-    worked = any(
-        call.get("function", {}).get("name") not in ALWAYS_OFFERED
-        for m in messages
-        if m.get("role") == "assistant"
-        for call in m.get("tool_calls") or []
-    )
-    if worked or not content:
-        return ""
-    intended = {
-        name
-        for name in offered - ALWAYS_OFFERED
-        if re.search(
-            rf"\b(?:call|use|invoke|run)\s+(?:the\s+)?[`'\"]?{re.escape(name)}\b|\b{re.escape(name)}\s*\("
-            rf"|\"name\":\s*\"{re.escape(name)}\"",
-            content,
-            re.I,
-        )
-    }
-    return intended.pop() if len(intended) == 1 else ""
 
 
 # --- grammar-safe schemas -------------------------------------------------------------------------
