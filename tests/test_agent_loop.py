@@ -156,6 +156,28 @@ def test_the_same_failure_again_and_again_ends_the_run(db, settings):
     assert "has now failed 2 times" in reflections[1]
 
 
+def test_a_call_repeating_an_earlier_success_is_reflected_on_and_fails_no_plan_step(demo_workspace):
+    plan = [{"title": "Read the notes", "status": "in_progress"}, {"title": "Answer", "status": "pending"}]
+    read = '{"path": "docs/release-notes.txt"}'
+    model = ScriptedModel(
+        [
+            LLMReply(tool_calls=[call("update_plan", steps=plan), ToolCall("r1", "read_text_file", read)]),
+            LLMReply(tool_calls=[call("update_plan", steps=plan)]),  # the plan again: no loop
+            LLMReply(tool_calls=[ToolCall("r2", "read_text_file", read)]),
+            LLMReply(tool_calls=[ToolCall("r3", "read_text_file", '{"path": "docs/meeting-notes.md"}')]),
+            LLMReply(content="The release notes announce version 2.0."),
+        ]
+    )
+    run = run_loop(make_run(kind=Task.Kind.FILE_ANALYSIS, workspace=demo_workspace), model)
+    reflection = run.steps.get(kind=Step.Kind.REFLECTION)  # one: after the repeat, not after the other file
+    assert reflection.turn == 3 and reflection.thought == (
+        "Reflection on the last step:\n- read_text_file(path='docs/release-notes.txt') repeats an earlier call, "
+        "whose result you have: use it, or call a tool with other arguments."
+    )
+    assert reflection.thought in [m["content"] for m in model.seen[3]]  # the model read it next turn
+    assert (run.status, [item["status"] for item in run.plan]) == (Run.Status.SUCCEEDED, ["completed", "completed"])
+
+
 def test_step_limit_ends_the_run(db, settings):
     settings.AGENT_MAX_STEPS = 3
     replies = [LLMReply(tool_calls=[call("calculator", expression=f"{i}+1")]) for i in range(10)]

@@ -207,7 +207,7 @@ class AgentLoop:
                 if reflection.give_up:
                     # The plan's item in progress fails with the run (_plan_at_end).
                     return self._finish(Run.Status.FAILED, error=reflection.give_up, step=step)
-                self.record.step(**step, run_fields=self._plan_failed())
+                self.record.step(**step, run_fields=self._plan_failed() if failed else {})
 
     def _act(self, turn: int, called: ModelCall) -> list[Step]:
         reply = called.reply

@@ -1,15 +1,19 @@
 """The reflector: after a failed step it writes an analysis the model reads next turn, and it
-detects loops (the same call failing the same way again).
+detects loops (the same call failing the same way again, or succeeding again with the arguments
+of an earlier success: its result is already in the conversation).
 
 Rule-based on purpose: it runs after every failure, costs nothing, and behaves the same with
 every model, so what it teaches can be measured.
 """
 
+import json
 from dataclasses import dataclass
 
 from django.conf import settings
 
 from feedback.models import Step
+
+from .guardrails import ALWAYS_OFFERED
 
 _HINTS = [
     ("InvalidToolCall", "Unknown tool", "Use only the tools listed, with exactly their names."),
@@ -37,11 +41,37 @@ def _hint(step: Step) -> str:
     return "Think about why it failed, then try another way."
 
 
+def _repeated(steps: list[Step]) -> list[Step]:
+    """This turn's successful calls that repeat an earlier turn's successful call of the same tool
+    with the same arguments. On the local model, having read the file
+    an error named, a triage run read it again until the step limit (4 of the first 4 that read
+    one, docs/local-model.md run 13): the latest instruction it had was still the error's."""
+    turn = steps[-1].turn if steps else None
+    earlier: set[tuple[str, str]] = set()
+    found = []
+    for s in steps:
+        if s.kind != Step.Kind.TOOL_CALL or s.success is not True or s.tool_name in ALWAYS_OFFERED:
+            continue
+        key = (s.tool_name, json.dumps(s.arguments, sort_keys=True))
+        if s.turn != turn:
+            earlier.add(key)
+        elif key in earlier:
+            found.append(s)
+    return found
+
+
 def reflect(steps: list[Step], failed: list[Step]) -> Reflection | None:
-    """Analyse this turn's failed tool calls in the light of the run's earlier ``steps``."""
-    if not failed:
+    """Analyse this turn's failed tool calls, and its calls that repeat an earlier success, in the
+    light of the run's earlier ``steps``."""
+    repeated = _repeated(steps)
+    if not failed and not repeated:
         return None
-    lines, worst = [], 0
+    lines = [
+        f"- {step.tool_name}({_short(step.arguments)}) repeats an earlier call, whose result you have: "
+        "use it, or call a tool with other arguments."
+        for step in repeated
+    ]
+    worst = 0
     for step in failed:
         same = [
             s.arguments
