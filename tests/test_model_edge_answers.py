@@ -163,8 +163,8 @@ def test_a_reply_copying_the_instruction_is_still_an_echo(endpoint, demo_workspa
 
 # --- the next step announced, not taken ----------------------------------------------------------
 def test_a_next_step_announced_after_an_error_is_taken_not_answered(endpoint, demo_workspace):
-    # Run 13 on the local model (triage): after the missing file's error named the inbox's files, 4
-    # of 8 runs answered "To resolve the issue, I will read the file named ..." and ended with it.
+    # Run 13 on the local model (triage): after the missing file's error named the inbox's files, 6
+    # of 12 runs answered "To resolve the issue, I will read the file named ..." and ended with it.
     endpoint.script = [
         completion(tool_calls=[call("read_text_file", {"path": "release-notes.txt"})]),
         completion("To resolve the issue, I will read the file named docs/release-notes.txt."),

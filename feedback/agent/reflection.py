@@ -43,9 +43,9 @@ def _hint(step: Step) -> str:
 
 def _repeated(steps: list[Step]) -> list[Step]:
     """This turn's successful calls that repeat an earlier turn's successful call of the same tool
-    with the same arguments. On the local model, having read the file
-    an error named, a triage run read it again until the step limit (4 of the first 4 that read
-    one, docs/local-model.md run 13): the latest instruction it had was still the error's."""
+    with the same arguments. On the local model every triage run that read the file an error named
+    read it again until the step limit (docs/local-model.md, run 13): the latest instruction it had
+    was still the error's. Told so, it read on still; the reflection says why the run went round."""
     turn = steps[-1].turn if steps else None
     earlier: set[tuple[str, str]] = set()
     found = []

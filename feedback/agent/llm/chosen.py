@@ -11,9 +11,9 @@ observations it sent), never in any one model's wording:
   whose name or description opens with the announced verb (a tool's description says what it
   does, starting with its verb: "Read a UTF-8 text file"). Only the reply's first sentence is
   read ("let me know if ..." closes answers), and an action no offered tool does ("I will answer
-  ...") leaves the reply as it is. On the local model 4 of the first 8 triage runs after the
-  reflection lost its re-plan line ended "succeeded" with such an announcement as the answer
-  (docs/local-model.md, run 13).
+  ...") leaves the reply as it is. On the local model 6 of 12 triage runs, once the reflection had
+  lost its re-plan sentence, ended "succeeded" with such an announcement as the answer; taken, it
+  gave the first successful reads of triage on that model (docs/local-model.md, run 13).
 """
 
 import json
