@@ -7,6 +7,7 @@ from feedback.agent.conversation import conversation
 from feedback.agent.llm import LLMReply, ToolCall
 from feedback.agent.loop import AgentLoop, execute_run
 from feedback.agent.sandbox import sandbox_path
+from feedback.agent.tools import Tool
 from feedback.models import Run, Step, Task, ToolConfirmation
 from feedback.privacy import email_pseudonym
 
@@ -30,13 +31,13 @@ class ScriptedModel:
         return self.replies.pop(0)
 
 
-def run_loop(run, model):
+def run_loop(run, model, tools=None):
     """Drive a run with a scripted model, as execute_run would after claiming it."""
     lease = "test-lease"
     Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING, worker=lease)
     run.refresh_from_db()
     try:
-        AgentLoop(run, lease=lease, model=model).execute()
+        AgentLoop(run, lease=lease, model=model, tools=tools).execute()
     except Exception as exc:  # Paused is the loop telling its worker to let go
         if type(exc).__name__ != "Paused":
             raise
@@ -176,6 +177,16 @@ def test_a_call_repeating_an_earlier_success_is_reflected_on_and_fails_no_plan_s
     )
     assert reflection.thought in [m["content"] for m in model.seen[3]]  # the model read it next turn
     assert (run.status, [item["status"] for item in run.plan]) == (Run.Status.SUCCEEDED, ["completed", "completed"])
+
+
+def test_a_tool_that_acts_may_be_called_again_without_a_reflection(db):
+    # Not idempotent: another call is another action (a ping, a reply), not a result already had.
+    ping = Tool(name="ping", description="Ping.", parameters={"type": "object"}, func=lambda ctx: {"ok": 1},
+                idempotent=False)  # fmt: skip
+    again = LLMReply(tool_calls=[ToolCall("p", "ping", "{}")])
+    run = run_loop(make_run(), ScriptedModel([again, again, again, LLMReply(content="Pinged thrice.")]), {"ping": ping})
+    assert tools_called(run) == ["ping"] * 3 and not run.steps.filter(kind=Step.Kind.REFLECTION).exists()
+    assert run.final_output == "Pinged thrice."
 
 
 def test_step_limit_ends_the_run(db, settings):

@@ -7,6 +7,7 @@ every model, so what it teaches can be measured.
 """
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -41,16 +42,18 @@ def _hint(step: Step) -> str:
     return "Think about why it failed, then try another way."
 
 
-def _repeated(steps: list[Step]) -> list[Step]:
-    """This turn's successful calls that repeat an earlier turn's successful call of the same tool
-    with the same arguments. On the local model every triage run that read the file an error named
-    read it again until the step limit (docs/local-model.md, run 13): the latest instruction it had
-    was still the error's. Told so, it read on still; the reflection says why the run went round."""
+def _repeated(steps: list[Step], idempotent: Collection[str]) -> list[Step]:
+    """This turn's successful calls of ``idempotent`` tools (the same arguments give the same
+    result; a tool that acts may well be called again: a no-op, a reply sent) that repeat an earlier
+    turn's successful call with the same arguments. On the local model every triage run that read
+    the file an error named read it again until the step limit (docs/local-model.md, run 13): the
+    latest instruction it had was still the error's. Told so, it read on still; the reflection
+    says why the run went round."""
     turn = steps[-1].turn if steps else None
     earlier: set[tuple[str, str]] = set()
     found = []
     for s in steps:
-        if s.kind != Step.Kind.TOOL_CALL or s.success is not True or s.tool_name in ALWAYS_OFFERED:
+        if s.kind != Step.Kind.TOOL_CALL or s.success is not True or s.tool_name not in idempotent:
             continue
         key = (s.tool_name, json.dumps(s.arguments, sort_keys=True))
         if s.turn != turn:
@@ -60,10 +63,10 @@ def _repeated(steps: list[Step]) -> list[Step]:
     return found
 
 
-def reflect(steps: list[Step], failed: list[Step]) -> Reflection | None:
-    """Analyse this turn's failed tool calls, and its calls that repeat an earlier success, in the
-    light of the run's earlier ``steps``."""
-    repeated = _repeated(steps)
+def reflect(steps: list[Step], failed: list[Step], *, idempotent: Collection[str] = ()) -> Reflection | None:
+    """Analyse this turn's failed tool calls, and its calls of ``idempotent`` tools that repeat an
+    earlier success, in the light of the run's earlier ``steps``."""
+    repeated = _repeated(steps, set(idempotent) - ALWAYS_OFFERED)
     if not failed and not repeated:
         return None
     lines = [
