@@ -181,8 +181,9 @@ def test_a_call_repeating_an_earlier_success_is_reflected_on_and_fails_no_plan_s
 
 def test_a_tool_that_acts_may_be_called_again_without_a_reflection(db):
     # Not idempotent: another call is another action (a ping, a reply), not a result already had.
-    ping = Tool(name="ping", description="Ping.", parameters={"type": "object"}, func=lambda ctx: {"ok": 1},
-                idempotent=False)  # fmt: skip
+    ping = Tool(
+        name="ping", description="Ping.", parameters={"type": "object"}, func=lambda ctx: {"ok": 1}, idempotent=False
+    )
     again = LLMReply(tool_calls=[ToolCall("p", "ping", "{}")])
     run = run_loop(make_run(), ScriptedModel([again, again, again, LLMReply(content="Pinged thrice.")]), {"ping": ping})
     assert tools_called(run) == ["ping"] * 3 and not run.steps.filter(kind=Step.Kind.REFLECTION).exists()

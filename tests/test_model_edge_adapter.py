@@ -164,14 +164,13 @@ def test_a_tool_chosen_in_the_text_is_asked_for_outright(endpoint):
 
 
 FILE_TOOLS = [BUILTIN_TOOLS[name].spec() for name in ("list_directory", "read_text_file", "calculator", "update_plan")]
+FAILED_READ = {"id": "c1", "type": "function", "function": {"name": "read_text_file", "arguments": '{"path": "r.txt"}'}}
 READ_FAILED = [
     {"role": "user", "content": "Summarise release-notes.txt"},
-    {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "read_text_file", "arguments": '{"path": "r.txt"}'}},
-    ]},
+    {"role": "assistant", "content": "", "tool_calls": [FAILED_READ]},
     {"role": "tool", "tool_call_id": "c1", "content": json.dumps({"ok": False, "error": "No such file: 'r.txt'."})},
     {"role": "user", "content": "Reflection on the last step: ..."},
-]  # fmt: skip
+]
 FORCED_READ = {"type": "function", "function": {"name": "read_text_file"}}
 
 

@@ -175,11 +175,11 @@ def test_a_next_step_announced_after_an_error_is_taken_not_answered(endpoint, de
     assert endpoint.requests[2]["tool_choice"] == {"type": "function", "function": {"name": "read_text_file"}}
     reads = run.steps.filter(tool_name="read_text_file").order_by("index")
     assert [(s.arguments["path"], s.success) for s in reads] == [
-        ("release-notes.txt", False), ("docs/release-notes.txt", True),
-    ]  # fmt: skip
-    assert (run.status, run.final_output, error_classes(run)) == (
-        Run.Status.SUCCEEDED, "The release notes announce version 2.0.", [],
-    )  # fmt: skip
+        ("release-notes.txt", False),
+        ("docs/release-notes.txt", True),
+    ]
+    assert run.status == Run.Status.SUCCEEDED and error_classes(run) == []
+    assert run.final_output == "The release notes announce version 2.0."
 
 
 # --- 23.4: guardrail text never becomes a user's answer --------------------------------------------

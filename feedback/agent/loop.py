@@ -201,9 +201,7 @@ class AgentLoop:
                               success=True),
                 )  # fmt: skip
             failed = self._act(turn, called)
-            reflection = reflect(
-                self.record.steps, failed, idempotent=[name for name, tool in self.all_tools.items() if tool.idempotent]
-            )
+            reflection = reflect(self.record.steps, failed, tools=self.all_tools)
             if reflection is not None:
                 step = dict(turn=turn, kind=Step.Kind.REFLECTION, thought=reflection.text, started_at=timezone.now())
                 if reflection.give_up:

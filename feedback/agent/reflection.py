@@ -6,15 +6,16 @@ Rule-based on purpose: it runs after every failure, costs nothing, and behaves t
 every model, so what it teaches can be measured.
 """
 
-import json
-from collections.abc import Collection
+from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import takewhile
 
 from django.conf import settings
 
 from feedback.models import Step
 
 from .guardrails import ALWAYS_OFFERED
+from .tools import Tool
 
 _HINTS = [
     ("InvalidToolCall", "Unknown tool", "Use only the tools listed, with exactly their names."),
@@ -42,31 +43,38 @@ def _hint(step: Step) -> str:
     return "Think about why it failed, then try another way."
 
 
-def _repeated(steps: list[Step], idempotent: Collection[str]) -> list[Step]:
-    """This turn's successful calls of ``idempotent`` tools (the same arguments give the same
-    result; a tool that acts may well be called again: a no-op, a reply sent) that repeat an earlier
-    turn's successful call with the same arguments. On the local model every triage run that read
-    the file an error named read it again until the step limit (docs/local-model.md, run 13): the
-    latest instruction it had was still the error's. Told so, it read on still; the reflection
+def _repeated(steps: list[Step], tools: Mapping[str, Tool]) -> list[Step]:
+    """This turn's successful calls of idempotent tools (the same arguments give the same result;
+    a tool that acts may well be called again: a no-op, a reply sent; the plan aside) that repeat an
+    earlier turn's successful call with the same arguments. On the local model every triage run that
+    read the file an error named read it again until the step limit (docs/local-model.md, run 13):
+    the latest instruction it had was still the error's. Told so, it read on still; the reflection
     says why the run went round."""
+
+    def candidate(s: Step) -> bool:
+        tool = tools.get(s.tool_name)
+        return (
+            s.kind == Step.Kind.TOOL_CALL
+            and s.success is True
+            and s.tool_name not in ALWAYS_OFFERED
+            and tool is not None
+            and tool.idempotent
+        )
+
     turn = steps[-1].turn if steps else None
-    earlier: set[tuple[str, str]] = set()
-    found = []
-    for s in steps:
-        if s.kind != Step.Kind.TOOL_CALL or s.success is not True or s.tool_name not in idempotent:
-            continue
-        key = (s.tool_name, json.dumps(s.arguments, sort_keys=True))
-        if s.turn != turn:
-            earlier.add(key)
-        elif key in earlier:
-            found.append(s)
-    return found
+    # This turn's steps are the last ones: a turn without a candidate reads no further back.
+    this_turn = list(takewhile(lambda s: s.turn == turn, reversed(steps)))
+    now = [s for s in reversed(this_turn) if candidate(s)]
+    if not now:
+        return []
+    earlier = [(s.tool_name, s.arguments) for s in steps[: len(steps) - len(this_turn)] if candidate(s)]
+    return [s for s in now if (s.tool_name, s.arguments) in earlier]
 
 
-def reflect(steps: list[Step], failed: list[Step], *, idempotent: Collection[str] = ()) -> Reflection | None:
-    """Analyse this turn's failed tool calls, and its calls of ``idempotent`` tools that repeat an
-    earlier success, in the light of the run's earlier ``steps``."""
-    repeated = _repeated(steps, set(idempotent) - ALWAYS_OFFERED)
+def reflect(steps: list[Step], failed: list[Step], *, tools: Mapping[str, Tool] | None = None) -> Reflection | None:
+    """Analyse this turn's failed tool calls, and its calls of ``tools`` that are idempotent and
+    repeat an earlier success, in the light of the run's earlier ``steps``."""
+    repeated = _repeated(steps, tools or {})
     if not failed and not repeated:
         return None
     lines = [

@@ -96,6 +96,9 @@ def announced_tool(content: str, tools: list[dict[str, Any]], messages: list[dic
     if found is None or not tools or not _last_call_failed(messages):
         return ""
     verb = found.group(1).lower()
-    doing = [t["function"]["name"] for t in tools if t["function"]["name"] not in ALWAYS_OFFERED
-             and _does(verb, t["function"])]  # fmt: skip
+    doing = [
+        t["function"]["name"]
+        for t in tools
+        if t["function"]["name"] not in ALWAYS_OFFERED and _does(verb, t["function"])
+    ]
     return doing[0] if len(doing) == 1 else ""
